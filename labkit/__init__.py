@@ -1,0 +1,46 @@
+"""labkit — measure, model and diagnose the throughput of LLM training.
+
+The library behind the labkit course (``chapters/``, ``labs/``). Submodules are imported lazily,
+so ``import labkit`` is cheap and never touches a GPU::
+
+    import labkit
+    spec = labkit.hardware.lookup("H100 SXM")
+    fpt = labkit.flops.model_flops_per_token(labkit.flops.preset("gpt2-124m"))
+    print(labkit.mfu.mfu(tokens_per_s=1.2e5, flops_per_token=fpt, n_devices=1, peak_flops=spec.peak("bf16")))
+
+See ``labkit.course`` for the map from functions to the chapters that teach them.
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = {
+    "accum", "comm", "course", "data", "diagnose", "flops", "grading", "hardware", "launcher",
+    "memory", "meter", "mfu", "models", "notebooks", "paths", "record", "regress", "trace",
+    "train", "tune", "viz", "widgets", "cost", "perfmodel", "precision", "telemetry", "nsys",
+}
+# public callables re-exported at the top level: name -> "module:attribute"
+_EXPORTS = {
+    "launch": "launcher:launch",
+    "LaunchError": "launcher:LaunchError",
+    "RunRecord": "record:RunRecord",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        mod, attr = _EXPORTS[name].split(":")
+        value = getattr(importlib.import_module(f"labkit.{mod}"), attr)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        module = importlib.import_module(f"labkit.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | _SUBMODULES | set(_EXPORTS))

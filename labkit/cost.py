@@ -1,0 +1,144 @@
+"""What throughput costs: wall-clock, device-hours, energy and money of a training run.
+
+The arithmetic is simple and that is the point of chapter 1 — time is work divided by rate:
+
+    total FLOPs      = tokens × FLOPs per token           (6·N per token; Kaplan et al. 2020, §2.1)
+    achieved FLOP/s  = MFU × peak × devices               (PaLM, Chowdhery et al. 2022, App. B)
+    tokens/s         = achieved FLOP/s / FLOPs per token
+    wall-clock       = tokens / tokens/s ;  device-hours = wall-clock × devices / 3600
+
+Because wall-clock is 1/throughput, a throughput drop ``d`` costs ``1/(1-d) - 1`` more time:
+a 30% drop is 43% more wall-clock (and device-hours, and money), not 30%.
+
+Taught in chapter 1 (``chapters/part1_cognition/ch01_why_throughput.ipynb``); reused in chapter 28
+(cost and regression monitoring).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["extra_wallclock_fraction", "wallclock_s", "tokens_per_s_at", "training_cost", "TrainingCost",
+           "throughput_for_deadline"]
+
+
+def _positive(name: str, value, *, allow_zero: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        need = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {need}, got {value!r}")
+    return v
+
+
+def extra_wallclock_fraction(throughput_drop: float) -> float:
+    """Extra wall-clock (as a fraction) caused by a relative throughput drop.
+
+    ``throughput_drop`` is a fraction in [0, 1): 0.30 means 30% fewer tokens/s. Time ∝ 1/throughput,
+    so the run takes ``1/(1 - drop) - 1`` longer: 0.30 → 0.4286. Taught in chapter 1.
+    """
+    d = _positive("throughput_drop", throughput_drop, allow_zero=True)
+    if d >= 1:
+        raise ValueError(f"throughput_drop must be a fraction in [0, 1), got {throughput_drop!r} "
+                         "(a 100% drop never finishes; give 0.3 for 30%)")
+    return 1.0 / (1.0 - d) - 1.0
+
+
+def wallclock_s(tokens: float, tokens_per_s: float) -> float:
+    """Seconds to process ``tokens`` at a global throughput of ``tokens_per_s``. Taught in chapter 1."""
+    return _positive("tokens", tokens) / _positive("tokens_per_s", tokens_per_s)
+
+
+def tokens_per_s_at(*, mfu: float, peak_flops: float, n_devices: int, flops_per_token: float) -> float:
+    """Global tokens/s a run reaches at a given MFU (the MFU definition solved for tokens/s).
+
+    tokens/s = MFU × peak × devices / FLOPs-per-token — PaLM (Chowdhery et al. 2022, App. B).
+    Taught in chapter 1; chapter 4 defines MFU itself (``labkit.mfu``).
+    """
+    m = _positive("mfu", mfu)
+    if m > 1:
+        raise ValueError(f"mfu must be a fraction in (0, 1], got {mfu!r} (give 0.4 for 40%)")
+    n = _positive("n_devices", n_devices)
+    return m * _positive("peak_flops", peak_flops) * n / _positive("flops_per_token", flops_per_token)
+
+
+def throughput_for_deadline(tokens: float, days: float) -> float:
+    """Global tokens/s needed to finish ``tokens`` in ``days`` of wall-clock. Taught in chapter 1."""
+    return _positive("tokens", tokens) / (_positive("days", days) * 86400.0)
+
+
+@dataclass(frozen=True)
+class TrainingCost:
+    """The cost of one training run (see :func:`training_cost`)."""
+
+    tokens: float
+    total_flops: float
+    tokens_per_s: float
+    n_devices: int
+    wall_s: float
+    device_hours: float
+    cost: float | None           # in the currency of price_per_device_hour
+    energy_kwh: float | None     # device power × PUE × time
+
+    @property
+    def days(self) -> float:
+        return self.wall_s / 86400.0
+
+    @property
+    def cost_per_million_tokens(self) -> float | None:
+        return None if self.cost is None else self.cost / (self.tokens / 1e6)
+
+    def as_dict(self) -> dict:
+        return {"tokens": self.tokens, "total FLOPs": self.total_flops, "tokens/s (global)": self.tokens_per_s,
+                "devices": self.n_devices, "wall-clock days": self.days, "device-hours": self.device_hours,
+                "cost": self.cost, "energy kWh": self.energy_kwh}
+
+    def summary(self) -> str:
+        s = (f"{self.tokens:.3g} tokens × {self.total_flops / self.tokens:.3g} FLOP/token = "
+             f"{self.total_flops:.3g} FLOPs; {self.tokens_per_s:,.0f} tok/s on {self.n_devices} devices → "
+             f"{self.days:,.1f} days, {self.device_hours:,.0f} device-hours")
+        if self.cost is not None:
+            s += f", cost {self.cost:,.0f}"
+        if self.energy_kwh is not None:
+            s += f", {self.energy_kwh / 1e3:,.0f} MWh"
+        return s
+
+
+def training_cost(*, tokens: float, flops_per_token: float, n_devices: int, peak_flops: float | None = None,
+                  mfu: float | None = None, tokens_per_s: float | None = None,
+                  price_per_device_hour: float | None = None, device_power_w: float | None = None,
+                  pue: float = 1.0) -> TrainingCost:
+    """Wall-clock, device-hours, cost and energy of training on ``tokens``.
+
+    Give either a measured global ``tokens_per_s``, or ``mfu`` and ``peak_flops`` (per device) to
+    derive it with :func:`tokens_per_s_at`. ``price_per_device_hour`` and ``device_power_w`` are
+    optional (your cloud price and the device's board power, e.g. 700 W for an H100 SXM);
+    ``pue`` is the data centre's power usage effectiveness (≥ 1). Taught in chapter 1; used in chapter 28.
+    """
+    tokens = _positive("tokens", tokens)
+    fpt = _positive("flops_per_token", flops_per_token)
+    if not isinstance(n_devices, int) or isinstance(n_devices, bool) or n_devices < 1:
+        raise ValueError(f"n_devices must be an int >= 1, got {n_devices!r}")
+    if tokens_per_s is None:
+        if mfu is None or peak_flops is None:
+            raise ValueError("give tokens_per_s, or both mfu and peak_flops (got "
+                             f"tokens_per_s=None, mfu={mfu!r}, peak_flops={peak_flops!r})")
+        tps = tokens_per_s_at(mfu=mfu, peak_flops=peak_flops, n_devices=n_devices, flops_per_token=fpt)
+    else:
+        if mfu is not None:
+            raise ValueError("give tokens_per_s or mfu, not both")
+        tps = _positive("tokens_per_s", tokens_per_s)
+    wall = tokens / tps
+    dev_h = wall * n_devices / 3600.0
+    cost = None if price_per_device_hour is None else dev_h * _positive(
+        "price_per_device_hour", price_per_device_hour, allow_zero=True)
+    energy = None
+    if device_power_w is not None:
+        p = _positive("pue", pue)
+        if p < 1:
+            raise ValueError(f"pue must be >= 1 (1.0 = no cooling overhead), got {pue!r}")
+        energy = _positive("device_power_w", device_power_w) * n_devices * wall * p / 3.6e6
+    return TrainingCost(tokens=tokens, total_flops=tokens * fpt, tokens_per_s=tps, n_devices=n_devices,
+                        wall_s=wall, device_hours=dev_h, cost=cost, energy_kwh=energy)

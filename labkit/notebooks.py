@@ -1,0 +1,173 @@
+"""Run the course notebooks the way the test suite does: papermill, CPU parameters, own folder.
+
+Command line (used by ``make refresh`` and by course authors)::
+
+    python -m labkit.notebooks run PATH...      # execute with FAST=True into build/executed/
+    python -m labkit.notebooks refresh PATH...  # execute, then store the outputs in the source
+    python -m labkit.notebooks check PATH...    # execute, then compare checked cells (nbval-lax)
+
+Executed copies go to ``build/executed/<path>``; a source notebook is only ever written by
+``refresh``, which replaces cell *outputs* and nothing else (cells are matched by their ids).
+
+Every notebook has one cell tagged ``parameters`` with the course vocabulary (DEVICE, NPROCS,
+MODEL_SIZE, STEPS, SEQ_LEN, SEED, FAST, TIMEOUT_S); papermill injects the values below after it.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from labkit.paths import repo_root
+from labkit.record import atomic_write_text
+
+#: what the harness injects on a CPU-only machine (CI): small sizes, same code paths
+CI_PARAMS = {"FAST": True}
+KERNEL = "python3"
+
+
+def _rel(path: str | os.PathLike) -> Path:
+    p = Path(path).resolve()
+    try:
+        return p.relative_to(repo_root())
+    except ValueError as e:
+        raise ValueError(f"{path} is not inside the labkit checkout {repo_root()}") from e
+
+
+def _entry_for(rel: Path):
+    from labkit import course
+
+    for e in course.notebooks():
+        if e.path == rel.as_posix():
+            return e
+    return None
+
+
+def _params_for(rel: Path, extra: dict | None) -> dict:
+    e = _entry_for(rel)
+    params = dict(CI_PARAMS)
+    if e is not None:
+        params.update(e.params)
+    params.update(extra or {})
+    return params
+
+
+def run(path: str | os.PathLike, *, params: dict | None = None, out: str | os.PathLike | None = None,
+        cell_timeout_s: float | None = None, log: bool = False) -> tuple[Path, float]:
+    """Execute one notebook with the CI parameters; return (executed copy, seconds).
+
+    The kernel's working directory is the notebook's own folder. Raises papermill's
+    ``PapermillExecutionError`` (with the failing cell and traceback) when a cell fails.
+    """
+    import papermill as pm
+
+    src = Path(path).resolve()
+    if not src.is_file():
+        raise FileNotFoundError(f"no notebook at {path}")
+    rel = _rel(src)
+    out = Path(out) if out else repo_root() / "build" / "executed" / rel
+    out.parent.mkdir(parents=True, exist_ok=True)
+    e = _entry_for(rel)
+    if cell_timeout_s is None:
+        cell_timeout_s = max(300.0, 3 * (e.cpu_s if e else 90))
+    t0 = time.perf_counter()
+    pm.execute_notebook(
+        str(src), str(out), parameters=_params_for(rel, params), kernel_name=KERNEL, language="python",
+        cwd=str(src.parent), progress_bar=False, log_output=log, execution_timeout=cell_timeout_s,
+    )
+    return out, time.perf_counter() - t0
+
+
+def prepare_nbval(path: str | os.PathLike, *, params: dict | None = None) -> Path:
+    """Write ``build/nbval/<path>``: the source with the CI parameters injected and its stored outputs.
+
+    ``pytest --nbval-lax build/nbval`` then re-executes it and compares the cells marked
+    ``# NBVAL_CHECK_OUTPUT`` against the outputs committed in the source.
+    """
+    import nbformat
+    from papermill.execute import prepare_notebook_metadata
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    src = Path(path).resolve()
+    rel = _rel(src)
+    nb = load_notebook_node(str(src))  # papermill's reader adds the metadata it expects
+    prepared = prepare_notebook_metadata(copy.deepcopy(nb), str(src), str(src))
+    prepared = parameterize_notebook(prepared, _params_for(rel, params), kernel_name=KERNEL,
+                                     language="python")
+    # papermill drops outputs of nothing, but be explicit: keep every committed output
+    by_id = {c.get("id"): c for c in nb.cells}
+    for c in prepared.cells:
+        if c.get("id") in by_id and c.cell_type == "code":
+            c.outputs = by_id[c["id"]].get("outputs", [])
+    out = repo_root() / "build" / "nbval" / rel
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(prepared, out)
+    return out
+
+
+def refresh(path: str | os.PathLike, *, params: dict | None = None) -> float:
+    """Execute with the CI parameters and store the outputs in the source notebook (outputs only)."""
+    import nbformat
+
+    src = Path(path).resolve()
+    executed, seconds = run(src, params=params)
+    ran = nbformat.read(executed, as_version=4)
+    outputs = {c.get("id"): c for c in ran.cells if c.cell_type == "code"}
+    nb = nbformat.read(src, as_version=4)
+    for c in nb.cells:
+        if c.cell_type == "code" and c.get("id") in outputs:
+            c.outputs = outputs[c["id"]].get("outputs", [])
+            c.execution_count = outputs[c["id"]].get("execution_count")
+    for c in nb.cells:  # papermill's per-cell metadata is noise in a source notebook
+        c.metadata.pop("papermill", None)
+        c.metadata.pop("execution", None)
+    nb.metadata.pop("papermill", None)
+    atomic_write_text(src, nbformat.writes(nb) + "\n")
+    return seconds
+
+
+def check(path: str | os.PathLike) -> int:
+    """Execute, then run nbval-lax on the prepared copy; returns pytest's exit code."""
+    copy_path = prepare_nbval(path)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+           "--nbval-sanitize-with", str(repo_root() / "tests" / "nbval_sanitize.cfg"),
+           "--nbval-kernel-name", KERNEL, str(copy_path)]
+    return subprocess.call(cmd, cwd=repo_root())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m labkit.notebooks", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", choices=["run", "refresh", "check"])
+    ap.add_argument("paths", nargs="+")
+    ap.add_argument("-p", "--param", action="append", default=[], metavar="NAME=JSON",
+                    help="extra parameter, value as JSON (e.g. -p STEPS=5)")
+    a = ap.parse_args(argv)
+    params = {}
+    for kv in a.param:
+        name, _, value = kv.partition("=")
+        try:
+            params[name] = json.loads(value)
+        except json.JSONDecodeError:
+            params[name] = value
+    rc = 0
+    for p in a.paths:
+        if a.action == "run":
+            out, s = run(p, params=params)
+            print(f"{p}: ran in {s:.1f} s -> {out}")
+        elif a.action == "refresh":
+            s = refresh(p, params=params)
+            print(f"{p}: refreshed outputs ({s:.1f} s)")
+        else:
+            rc |= check(p)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

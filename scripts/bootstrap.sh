@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Create .venv and install labkit with the course and test extras, the CPU build of torch first
+# where there is no NVIDIA GPU (so pip never pulls a multi-GB CUDA build onto a laptop or CI).
+# Idempotent: a second run only re-checks. Used by `make course` and `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+TORCH_VERSION=${LABKIT_TORCH_VERSION:-2.13.0}
+EXTRA=${1:-dev}
+
+"$PY" -c 'import sys; assert sys.version_info >= (3, 10), "labkit needs Python >= 3.10, found " + sys.version.split()[0]'
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+VPY=.venv/bin/python
+stamp=.venv/.labkit-$EXTRA-$(sha1sum pyproject.toml | cut -c1-12)
+if [ -f "$stamp" ]; then exit 0; fi
+
+if ! "$VPY" -c 'import torch' 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    "$VPY" -m pip install -q "torch==$TORCH_VERSION"
+  else
+    # PyTorch's CPU-only wheel index; where that index cannot be reached, pip falls back to
+    # its configured sources (e.g. a local wheel of the same version).
+    "$VPY" -m pip install -q --retries 1 --timeout 15 "torch==$TORCH_VERSION" \
+        --extra-index-url https://download.pytorch.org/whl/cpu 2>&1 | grep -v "is ignored" || true
+    "$VPY" -c 'import torch' || { echo "bootstrap: could not install torch==$TORCH_VERSION" >&2; exit 1; }
+  fi
+fi
+"$VPY" -m pip install -q -e ".[$EXTRA]" 2>&1 | grep -v "is ignored" || true
+"$VPY" -c 'import labkit, torch, papermill' || { echo "bootstrap: install failed" >&2; exit 1; }
+"$VPY" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (labkit)" >/dev/null
+touch "$stamp"

@@ -1,0 +1,52 @@
+"""Every ready notebook of the course runs top to bottom under papermill with the CPU parameters.
+
+The manifest (labkit/course.toml) says which notebooks exist and how long each takes; the longest
+run first so ``pytest -n 2`` finishes early. Each run also writes ``build/nbval/<path>`` (the source
+with the CI parameters and its committed outputs), which the README's test command then checks
+with ``pytest --nbval-lax`` (cells marked ``# NBVAL_CHECK_OUTPUT``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from labkit import course, notebooks
+from labkit.paths import repo_root
+
+ROOT = repo_root()
+READY = sorted(course.notebooks(ready_only=True), key=lambda e: -e.cpu_s)
+
+
+def test_manifest_matches_the_notebooks_on_disk():
+    on_disk = {p.relative_to(ROOT).as_posix() for d in ("chapters", "labs") for p in (ROOT / d).rglob("*.ipynb")
+               if ".ipynb_checkpoints" not in p.parts}
+    ready = {e.path for e in course.notebooks(ready_only=True)}
+    planned = {e.path for e in course.notebooks() if not e.ready}
+    assert on_disk - ready - planned == set(), "notebooks missing from labkit/course.toml"
+    assert ready - on_disk == set(), "manifest says ready but the file is missing"
+    assert planned & on_disk == set(), "notebook exists but the manifest still says planned"
+
+
+@pytest.mark.parametrize("entry", READY, ids=[e.id for e in READY])
+def test_notebook_has_one_parameters_cell_and_no_stored_errors(entry):
+    nb = json.loads((ROOT / entry.path).read_text())
+    tagged = [c for c in nb["cells"] if "parameters" in (c.get("metadata", {}).get("tags") or [])]
+    assert len(tagged) == 1, f"{entry.path}: needs exactly one cell tagged 'parameters'"
+    src = "".join(tagged[0]["source"])
+    for name in ("FAST", "SEED"):
+        assert f"{name} =" in src, f"{entry.path}: parameters cell lacks {name}"
+    errors = [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, f"{entry.path}: a stored output is an error"
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("entry", [e for e in READY if e.gpus == 0], ids=lambda e: e.id)
+def test_notebook_executes_with_cpu_parameters(entry):
+    notebooks.prepare_nbval(ROOT / entry.path)
+    out, seconds = notebooks.run(ROOT / entry.path)
+    executed = json.loads(Path(out).read_text())
+    code = [c for c in executed["cells"] if c["cell_type"] == "code"]
+    assert code and all(c.get("execution_count") for c in code if c["source"]), "a code cell did not run"
+    print(f"{entry.id}: {seconds:.1f} s (manifest says {entry.cpu_s:.0f} s)")

@@ -1,0 +1,96 @@
+"""labkit.quiz: checks that pass for the computed answer and fail, with a reason, otherwise."""
+import pytest
+
+from labkit import quiz
+
+
+def q(**kw):
+    base = dict(id="t-q1", prompt="extra time for a 30% drop?", answer=1 / 0.7 - 1,
+                explanation="1/(1-d) - 1", mistakes={0.30: "that is the drop itself"})
+    base.update(kw)
+    return quiz.Question(**base)
+
+
+def test_correct_within_tolerance(capsys):
+    assert quiz.check(q(), 0.43) is True
+    out = capsys.readouterr().out
+    assert "correct" in out and "why: 1/(1-d) - 1" in out
+
+
+def test_unanswered_is_not_an_error(capsys):
+    assert quiz.check(q(), None) is False
+    assert "not answered yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value, words", [
+    (0.30, "common mistake: that is the drop itself"),
+    (43.0, "percentage"),
+    (0.6, "too high by 40%"),
+    (0.2, "too low"),
+    (4.2857, "factor of 10^1"),
+    (-0.43, "wrong sign"),
+    ("lots", "expected a number"),
+])
+def test_wrong_numbers_say_why(value, words, capsys):
+    assert quiz.check(q(), value) is False
+    assert words in capsys.readouterr().out
+
+
+def test_fraction_given_for_percentage():
+    fb = quiz.evaluate(q(answer=42.857), 0.42857)
+    assert fb.status == "wrong" and "fraction" in fb.message
+
+
+def test_strings_and_choices():
+    qq = quiz.Question("t-q2", "which family?", "communication",
+                       choices=("compute", "communication", "memory", "data", "scheduling"),
+                       mistakes={"compute": "MFU is fine here"})
+    assert quiz.evaluate(qq, "  Communication ").ok
+    assert "MFU is fine" in quiz.evaluate(qq, "compute").message
+    assert "not one of the options" in quiz.evaluate(qq, "network").message
+    assert "not the answer" in quiz.evaluate(qq, "memory").message
+    assert "expected a word" in quiz.evaluate(qq, 3).message
+
+
+def test_booleans():
+    qq = quiz.Question("t-q3", "does recompute count in MFU?", False)
+    assert quiz.evaluate(qq, False).ok and quiz.evaluate(qq, "no").ok
+    assert not quiz.evaluate(qq, True).ok
+    assert "True or False" in quiz.evaluate(qq, 3).message
+
+
+def test_zero_answer_uses_tol_abs():
+    qq = quiz.Question("t-q4", "zero?", 0.0, tol_abs=1e-3)
+    assert quiz.evaluate(qq, 5e-4).ok
+    assert "too high" in quiz.evaluate(qq, 0.1).message
+
+
+def test_bad_questions_rejected():
+    with pytest.raises(ValueError, match="answer is None"):
+        quiz.Question("x", "p", None)
+    with pytest.raises(ValueError, match="tol_rel"):
+        quiz.Question("x", "p", 1.0, tol_rel=2)
+    with pytest.raises(ValueError, match="not one of choices"):
+        quiz.Question("x", "p", "gpu", choices=("cpu",))
+    with pytest.raises(TypeError, match="number, str or bool"):
+        quiz.Question("x", "p", [1])
+    with pytest.raises(ValueError, match="finite"):
+        quiz.Question("x", "p", float("nan"))
+    with pytest.raises(TypeError, match="Question"):
+        quiz.check("not a question", 1)
+
+
+def test_check_all_scores(capsys):
+    a, b = q(), quiz.Question("t-q5", "b", 2.0)
+    res = quiz.check_all([a, b], {"t-q1": 0.43})
+    assert res == {"t-q1": True, "t-q5": False}
+    assert "score: 1/2" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="not questions here"):
+        quiz.check_all([a], {"nope": 1})
+
+
+def test_show_and_markdown(capsys):
+    qq = quiz.Question("t-q6", "pick", "a", choices=("a", "b"), unit="")
+    qq.show()
+    assert "[t-q6] pick  (one of: a, b)" in capsys.readouterr().out
+    assert qq._repr_markdown_().startswith("**[t-q6]**")
