@@ -534,7 +534,7 @@ def _make_error(job, run_dir, logs, failure, timeout_s, stream, rank0_only) -> L
             suspect = rank
     if suspect is None and live:
         suspect = live[0].rank
-    tb = stacks.get(suspect, "") if suspect is not None else ""
+    tb = _main_stack(stacks.get(suspect, "")) if suspect is not None else ""
     waiting_txt = f"; ranks {waiting} were waiting inside torch.distributed" if waiting else ""
     return LaunchError(
         f"launch timed out after {timeout_s:g} s; rank {suspect} is the suspect (not in a collective)"
@@ -542,9 +542,24 @@ def _make_error(job, run_dir, logs, failure, timeout_s, stream, rank0_only) -> L
         rank=suspect, traceback=tb, exit_code=None, log_dir=logs, timed_out=True)
 
 
+def _main_stack(stack_dump: str) -> str:
+    """The main thread's block of a faulthandler dump (the worker wrote the main thread's ident first)."""
+    lines = stack_dump.splitlines()
+    if not lines or not lines[0].startswith("main thread "):
+        return stack_dump
+    ident = lines[0].split()[-1]
+    block, inside = [], False
+    for line in lines[1:]:
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            inside = ident in line
+        if inside:
+            block.append(line)
+    return "\n".join(block) if block else stack_dump
+
+
 def _top_frame(stack_dump: str) -> str | None:
-    """The innermost frame of the first thread in a faulthandler dump ("most recent call first")."""
-    for line in stack_dump.splitlines():
+    """The innermost frame of the main thread in a faulthandler dump ("most recent call first")."""
+    for line in _main_stack(stack_dump).splitlines():
         line = line.strip()
         if line.startswith("File "):
             return line
@@ -625,6 +640,9 @@ def _worker_main(argv: list[str]) -> int:
     run_dir, rank = Path(argv[0]), int(argv[1])
     _die_with_parent(int(os.environ.get("LABKIT_PARENT_PID", os.getppid())))
     stack_file = open(run_dir / f"rank{rank}.stack", "w")  # noqa: SIM115 - must stay open for faulthandler
+    # faulthandler names threads by ident; say which one is the main thread
+    stack_file.write(f"main thread 0x{threading.main_thread().ident:016x}\n")
+    stack_file.flush()
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     faulthandler.enable(file=sys.stderr)
     ok = False

@@ -18,10 +18,15 @@ if ! "$VPY" -c 'import torch' 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1; then
     "$VPY" -m pip install -q "torch==$TORCH_VERSION"
   else
-    # PyTorch's CPU-only wheel index; where that index cannot be reached, pip falls back to
-    # its configured sources (e.g. a local wheel of the same version).
-    "$VPY" -m pip install -q --retries 1 --timeout 15 "torch==$TORCH_VERSION" \
-        --extra-index-url https://download.pytorch.org/whl/cpu 2>&1 | grep -v "is ignored" || true
+    # PyTorch's CPU-only wheel index when it can be reached; otherwise pip's configured sources
+    # (an offline mirror or a local wheel of the same version).
+    cpu_index=https://download.pytorch.org/whl/cpu
+    if "$VPY" -c "import urllib.request as u; u.urlopen('$cpu_index/', timeout=5)" 2>/dev/null; then
+      extra=(--extra-index-url "$cpu_index")
+    else
+      extra=()
+    fi
+    "$VPY" -m pip install -q "torch==$TORCH_VERSION" "${extra[@]}" 2>&1 | grep -v "is ignored" || true
     "$VPY" -c 'import torch' || { echo "bootstrap: could not install torch==$TORCH_VERSION" >&2; exit 1; }
   fi
 fi
