@@ -7,10 +7,11 @@ Taught in the course index (``chapters/index.ipynb``).
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+
+import tomllib
 
 MANIFEST = Path(__file__).with_name("course.toml")
 _NEEDS = ("cpu", "gpu:")

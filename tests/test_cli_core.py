@@ -1,0 +1,71 @@
+"""``labkit doctor`` and ``labkit mfu`` on CPU."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labkit.cli import main
+
+
+@pytest.mark.parametrize("cmd", ["doctor", "mfu"])
+def test_help(cmd, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([cmd, "--help"])
+    assert e.value.code == 0
+    assert cmd in capsys.readouterr().out
+
+
+def test_doctor_quick_json_on_cpu(capsys):
+    assert main(["doctor", "--quick", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["versions"]["torch"] and info["backends"]["gloo"] is True
+    (m,) = info["measured"]
+    assert m["device"] == "cpu" and m["matmul_flops"] > 1e6 and m["memory_bw"] > 1e6
+    assert len(m["sweep"]) >= 1
+
+
+def test_doctor_text_without_measurement(capsys):
+    assert main(["doctor", "--no-measure"]) == 0
+    out = capsys.readouterr().out
+    assert "versions" in out and "backends" in out and "gloo: yes" in out
+
+
+def test_mfu_text_gpt2_on_a100(capsys):
+    assert main(["mfu", "--model", "gpt2-124m", "--tokens-per-s", "120000", "--device", "A100-SXM-80GB"]) == 0
+    out = capsys.readouterr().out
+    # 120k tok/s x 855.17 MFLOP/token / 312 TF (nanoGPT's formula and A100 peak) = 32.9%
+    assert "MFU              32.9%" in out and "6N + 12*L*H*Q*T" in out and "catalogue:A100-SXM-80GB" in out
+
+
+def test_mfu_json_params_full_recompute(capsys):
+    argv = ["mfu", "--params", "1e9", "--tokens-per-s", "4e4", "--devices", "2", "--peak-tflops", "312",
+            "--recompute", "full", "--json"]
+    assert main(argv) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["mfu"] == pytest.approx(4e4 * 6e9 / (2 * 312e12))
+    assert r["hfu"] / r["mfu"] == pytest.approx(8 / 6)
+    assert r["tokens_per_s_per_device"] == 2e4 and r["peak_source"] == "user"
+
+
+def test_mfu_shape_megatron_causal(capsys):
+    argv = ["mfu", "--layers", "2", "--d-model", "64", "--heads", "4", "--vocab", "100", "--seq-len", "32",
+            "--tokens-per-s", "1e6", "--peak-tflops", "1", "--method", "megatron", "--causal", "--json"]
+    assert main(argv) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert "causal" in r["formula"] and 0 < r["mfu"] < 1
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--model", "gpt2-124m", "--tokens-per-s", "1.2e7", "--device", "A100-SXM-80GB"], "> 100%"),
+    (["--model", "gpt2-124m", "--tokens-per-s", "1e3", "--device", "A100"], "near candidates"),
+    (["--model", "gpt2-124m", "--tokens-per-s", "1e3", "--device", "V100-SXM2-16GB"], "dtype='bf16'"),
+    (["--params", "1e9", "--model", "gpt2-124m", "--tokens-per-s", "1", "--peak-tflops", "1"], "exactly one"),
+    (["--params", "1e9", "--tokens-per-s", "1", "--peak-tflops", "1", "--recompute", "selective"], "selective"),
+    (["--params", "-3", "--tokens-per-s", "1", "--peak-tflops", "1"], "--params"),
+    (["--model", "gpt2-124m", "--tokens-per-s", "0", "--peak-tflops", "1"], "tokens_per_s=0"),
+    (["--model", "gpt2-124m", "--tokens-per-s", "10", "--devices", "0", "--peak-tflops", "1"], "n_devices=0"),
+])
+def test_mfu_bad_inputs_exit_2_with_a_message(argv, match, capsys):
+    assert main(["mfu", *argv]) == 2
+    assert match in capsys.readouterr().err

@@ -1,0 +1,175 @@
+"""labkit.hardware: catalogue values, safe device-name matching, peak resolution, measurements."""
+from __future__ import annotations
+
+import pytest
+
+from labkit import hardware as hw
+
+# Real torch.cuda.get_device_name() strings -> the part they are. Sources: the strings printed by
+# nvidia-smi / torch on those parts (e.g. nanoGPT and torchtitan issue logs, vendor docs).
+REAL_NAMES = [
+    ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+    ("NVIDIA H100 PCIe", "H100-PCIe"),
+    ("NVIDIA H100 NVL", "H100-NVL"),
+    ("NVIDIA H200", "H200-SXM"),
+    ("NVIDIA H200 NVL", "H200-NVL"),
+    ("NVIDIA A100-SXM4-40GB", "A100-SXM-40GB"),
+    ("NVIDIA A100-SXM4-80GB", "A100-SXM-80GB"),
+    ("NVIDIA A100-PCIE-40GB", "A100-PCIe-40GB"),
+    ("NVIDIA A100 80GB PCIe", "A100-PCIe-80GB"),
+    ("Tesla V100-SXM2-16GB", "V100-SXM2-16GB"),
+    ("Tesla V100-SXM2-32GB", "V100-SXM2-32GB"),
+    ("Tesla V100-PCIE-32GB", "V100-PCIe-32GB"),
+    ("NVIDIA A10G", "A10G"),
+    ("NVIDIA A10", "A10"),
+    ("NVIDIA L4", "L4"),
+    ("NVIDIA L40S", "L40S"),
+    ("NVIDIA B200", "B200"),
+    ("NVIDIA GH200 480GB", "GH200-96GB"),
+    ("AMD Instinct MI300X", "MI300X"),
+    ("AMD Instinct MI300X VF", "MI300X"),
+    ("AMD Instinct MI325X", "MI325X"),
+    ("AMD Instinct MI350X", "MI350X"),
+    ("AMD Instinct MI355X", "MI355X"),
+    ("AMD Instinct MI250X/MI250", "MI250X-GCD"),
+    ("AMD Instinct MI250X", "MI250X-GCD"),
+]
+
+
+@pytest.mark.parametrize(("name", "part"), REAL_NAMES)
+def test_real_device_names_match_exactly_one_part(name, part):
+    assert hw.lookup(name).name == part
+
+
+def test_no_part_is_mistaken_for_a_neighbour():
+    # issue #2: torchtitan's substring match gave an A100 job H100-NVL's peak and an MI350X 152% MFU
+    assert hw.lookup("AMD Instinct MI350X").name != "MI300X"
+    assert hw.lookup("NVIDIA H200 NVL").peak("bf16") < hw.lookup("NVIDIA H200").peak("bf16")
+    assert hw.lookup("NVIDIA A100-SXM4-80GB").peak("bf16") == 312e12
+    peaks = {hw.lookup(n).name for n, _ in REAL_NAMES}
+    assert len(peaks) == len({p for _, p in REAL_NAMES})
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H100", "A100", "NVIDIA H20", "NVIDIA GH200", "NVIDIA L40",
+                                  "NVIDIA H800", "AMD Instinct MI308X", "Radeon RX 7900"])
+def test_ambiguous_or_unknown_names_raise_listing_known_parts(name):
+    with pytest.raises(ValueError) as e:
+        hw.lookup(name)
+    assert "Known parts" in str(e.value) and "H100-SXM" in str(e.value)
+
+
+def test_every_alias_resolves_to_its_own_part_and_extra_words_are_refused():
+    for spec in hw.CATALOGUE.values():
+        for alias in (spec.name, *spec.aliases):
+            assert hw.lookup(alias) is spec
+            assert hw.lookup(alias.upper().replace(" ", "_")) is spec     # case and separators ignored
+    # no substring matching: an unexpected extra word is not silently dropped
+    with pytest.raises(ValueError, match="near candidates"):
+        hw.lookup("NVIDIA A100-SXM4-40GB MAXQ")
+
+
+def test_ambiguous_name_lists_its_candidates():
+    with pytest.raises(ValueError, match="H100-NVL.*H100-PCIe.*H100-SXM"):
+        hw.lookup("NVIDIA H100")
+
+
+def test_catalogue_refuses_an_alias_claimed_twice():
+    a = hw.DeviceSpec("X1", "v", {"bf16": 1.0}, 1, 1.0, "src", aliases=("Foo X",))
+    b = hw.DeviceSpec("X2", "v", {"bf16": 1.0}, 1, 1.0, "src", aliases=("foo-x",))
+    with pytest.raises(ValueError, match="ambiguous alias"):
+        hw._build_catalogue([a, b])
+
+
+def test_required_parts_present_with_sources_and_dense_peaks():
+    need = ["V100-SXM2-32GB", "A100-SXM-40GB", "A100-SXM-80GB", "A100-PCIe-40GB", "A100-PCIe-80GB", "A10G",
+            "L4", "L40S", "H100-SXM", "H100-PCIe", "H100-NVL", "H200-SXM", "H200-NVL", "B200",
+            "MI250X-OAM", "MI300X"]
+    for n in need:
+        spec = hw.CATALOGUE[n]
+        assert "http" in spec.source, n
+        assert spec.memory_bytes > 0 and spec.memory_bw > 0
+        assert set(spec.peak_flops) <= set(hw.DTYPES)
+        assert "fp32" in spec.peak_flops
+    # dense values from the datasheets (sparse figures halved):
+    assert hw.lookup("H100-SXM").peak("bf16") == pytest.approx(989.5e12)   # 1979* with sparsity
+    assert hw.lookup("H100-SXM").peak("fp8") == pytest.approx(1979e12)     # 3958*
+    assert hw.lookup("A100-SXM-40GB").peak("tf32") == pytest.approx(156e12)
+    assert hw.lookup("MI300X").peak("bf16") == pytest.approx(1307.4e12)
+    assert hw.lookup("L40S").memory_bw == pytest.approx(864e9)
+    assert hw.lookup("H200-SXM").memory_bw == pytest.approx(4.8e12)
+    # one MI250X GCD (one torch device) is half the module
+    assert hw.lookup("MI250X-GCD").peak("bf16") * 2 == pytest.approx(hw.lookup("MI250X-OAM").peak("bf16"))
+
+
+def test_peak_for_missing_dtype_names_the_dtypes_it_has():
+    with pytest.raises(ValueError, match=r"dtype='bf16'.*V100.*\['fp16', 'fp32', 'fp64'\]"):
+        hw.lookup("Tesla V100-SXM2-16GB").peak("bf16")
+    with pytest.raises(ValueError, match="dtype='float13'"):
+        hw.lookup("H100-SXM").peak("float13")
+
+
+def test_normalize_dtype_accepts_torch_dtypes():
+    import torch
+
+    assert hw.normalize_dtype(torch.bfloat16) == "bf16"
+    assert hw.normalize_dtype("float32") == "fp32"
+
+
+def test_resolve_peak_order_user_catalogue_measured():
+    assert hw.resolve_peak("H100-SXM", "bf16", peak_flops=5e12) == (5e12, "user")
+    assert hw.resolve_peak("NVIDIA H100 80GB HBM3", "bf16") == (989.5e12, "catalogue:H100-SXM")
+    peak, src = hw.resolve_peak("cpu", "fp32")
+    assert src.startswith("measured:matmul") and peak > 1e6
+    assert hw.resolve_peak("cpu", "fp32") == (peak, src)          # cached per process
+    with pytest.raises(ValueError, match="peak_flops"):
+        hw.resolve_peak("cpu", "fp32", peak_flops=0)
+    with pytest.raises(ValueError, match="near candidates"):
+        hw.resolve_peak("A100", "bf16")
+
+
+def test_measure_matmul_peak_cpu_is_real_and_time_boxed():
+    m = hw.measure_matmul_peak("cpu", "fp32", sizes=[(64, 64, 64), (128, 128, 128), (4096, 4096, 4096)],
+                               max_seconds=0.01, repeats=3)
+    assert len(m.table) == 1                      # the time box stopped the sweep after one shape
+    assert m.flops > 1e5 and m.shape == (64, 64, 64)   # loose: CI cores are shared
+    assert "matmul 64x64@64x64 fp32 on cpu" == m.describe()
+
+
+def test_measure_bad_inputs():
+    with pytest.raises(ValueError, match="max_seconds"):
+        hw.measure_matmul_peak("cpu", max_seconds=0)
+    with pytest.raises(ValueError, match="sizes"):
+        hw.measure_matmul_peak("cpu", sizes=[(0, 4, 4)])
+    with pytest.raises(ValueError, match="fp8"):
+        hw.measure_matmul_peak("cpu", "fp8")
+    with pytest.raises(ValueError, match="nbytes"):
+        hw.measure_memory_bandwidth("cpu", nbytes=10)
+    with pytest.raises(ValueError, match="device"):
+        hw.resolve_device("tpu-ish")
+
+
+def test_measure_memory_bandwidth_cpu():
+    bw = hw.measure_memory_bandwidth("cpu", nbytes=8 * 2**20, repeats=3)
+    assert 1e6 < bw < 1e13
+
+
+def test_time_fn_cpu_takes_warmup_and_repeats():
+    calls = []
+    times = hw.time_fn(lambda: calls.append(1), "cpu", warmup=2, repeats=4, inner=3)
+    assert len(times) == 4 and len(calls) == 2 + 4 * 3 and all(t >= 0 for t in times)
+
+
+def test_ridge_point():
+    s = hw.lookup("A100-SXM-80GB")
+    assert s.ridge_point("bf16") == pytest.approx(312e12 / 2039e9)
+
+
+@pytest.mark.gpu
+def test_gpu_peak_is_below_catalogue():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    m = hw.measure_matmul_peak("cuda", "bf16", max_seconds=5)
+    peak, src = hw.resolve_peak("cuda", "bf16")
+    if src.startswith("catalogue"):
+        assert 0.3 < m.flops / peak < 1.0
