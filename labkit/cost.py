@@ -57,11 +57,15 @@ def tokens_per_s_at(*, mfu: float, peak_flops: float, n_devices: int, flops_per_
     tokens/s = MFU × peak × devices / FLOPs-per-token — PaLM (Chowdhery et al. 2022, App. B).
     Taught in chapter 1; chapter 4 defines MFU itself (``labkit.mfu``).
     """
+    from labkit.mfu import tokens_per_s_for_mfu
+
     m = _positive("mfu", mfu)
     if m > 1:
         raise ValueError(f"mfu must be a fraction in (0, 1], got {mfu!r} (give 0.4 for 40%)")
-    n = _positive("n_devices", n_devices)
-    return m * _positive("peak_flops", peak_flops) * n / _positive("flops_per_token", flops_per_token)
+    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
+        raise ValueError(f"n_devices must be an int >= 1, got {n_devices!r}")
+    return tokens_per_s_for_mfu(m, flops_per_token=_positive("flops_per_token", flops_per_token),
+                                n_devices=n_devices, peak_flops=_positive("peak_flops", peak_flops))
 
 
 def throughput_for_deadline(tokens: float, days: float) -> float:

@@ -1,0 +1,197 @@
+"""Speedup, scaling efficiency, and where the missing speedup goes.
+
+Definitions (N devices; t_1 and t_N the time of the same *global* work on 1 and on N devices):
+
+- **strong scaling** — fixed global batch, split N ways: speedup S = t_1 / t_N, efficiency E = S / N.
+- **weak scaling** — fixed *per-device* batch, global batch grows with N: a step should take as long
+  as on one device, so E = t_1 / t_N (step times), or in throughput E = X_N / (N · X_1).
+- Amdahl (1967): with a serial fraction s, S ≤ 1 / (s + (1-s)/N); Gustafson (1988) for weak
+  scaling: S = N - s·(N-1).
+
+A data-parallel step is compute, gradient communication and a serial remainder ("sync": the last
+bucket, the optimizer step, barriers)::
+
+    step ≈ max(compute, comm) + sync     when communication overlaps the backward pass
+    step ≈ compute + comm + sync         when it cannot (no overlap)
+
+(the DDP design: Li et al. 2020, "PyTorch Distributed", VLDB, §3.2.3 on bucketing and overlap).
+
+Taught in chapter 5 (``chapters/part1_cognition/ch05_scaling_efficiency.ipynb``); chapter 19 (DDP) and
+chapter 29 (more GPUs, slower training) reuse it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["speedup", "strong_efficiency", "weak_efficiency", "throughput_efficiency", "step_time",
+           "StepParts", "decompose", "amdahl_speedup", "gustafson_speedup", "scaling_table", "measure_scaling"]
+
+
+def _num(name: str, v, *, positive: bool = True) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {type(v).__name__} {v!r}") from None
+    if not math.isfinite(x) or x < 0 or (positive and x == 0):
+        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+    return x
+
+
+def _n(name: str, n) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{name} must be an int >= 1 (number of devices), got {n!r}")
+    return n
+
+
+def speedup(t1_s: float, tn_s: float) -> float:
+    """S = t_1 / t_N for the same global work (strong scaling). Taught in chapter 5."""
+    return _num("t1_s", t1_s) / _num("tn_s", tn_s)
+
+
+def strong_efficiency(t1_s: float, tn_s: float, n: int) -> float:
+    """E = t_1 / (N · t_N): 1.0 is linear speedup. Taught in chapter 5."""
+    return speedup(t1_s, tn_s) / _n("n", n)
+
+
+def weak_efficiency(t1_s: float, tn_s: float) -> float:
+    """E = t_1 / t_N for steps of the same per-device work (weak scaling). Taught in chapter 5."""
+    return _num("t1_s", t1_s) / _num("tn_s", tn_s)
+
+
+def throughput_efficiency(x1: float, xn: float, n: int) -> float:
+    """E = X_N / (N · X_1) from global throughputs (tokens/s); valid for strong and weak scaling."""
+    return _num("xn", xn) / (_n("n", n) * _num("x1", x1))
+
+
+def step_time(compute_s: float, comm_s: float, sync_s: float = 0.0, *, overlap: bool | float = True) -> float:
+    """Modelled step time from its parts.
+
+    ``overlap=True``: max(compute, comm) + sync; ``False``: compute + comm + sync; a float f in [0, 1]
+    hides that fraction of the overlappable part: compute + comm − f·min(compute, comm) + sync.
+    Taught in chapter 5.
+    """
+    c, m, s = _num("compute_s", compute_s, positive=False), _num("comm_s", comm_s, positive=False), \
+        _num("sync_s", sync_s, positive=False)
+    if isinstance(overlap, bool):
+        f = 1.0 if overlap else 0.0
+    else:
+        f = _num("overlap", overlap, positive=False)
+        if f > 1:
+            raise ValueError(f"overlap must be True, False or a fraction in [0, 1], got {overlap!r}")
+    return c + m - f * min(c, m) + s
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """The parts of one data-parallel step, in seconds (per device)."""
+
+    compute_s: float
+    comm_s: float
+    sync_s: float = 0.0
+
+    def step(self, overlap: bool | float = True) -> float:
+        return step_time(self.compute_s, self.comm_s, self.sync_s, overlap=overlap)
+
+    def exposed_comm(self, overlap: bool | float = True) -> float:
+        """Communication time not hidden under compute."""
+        return self.step(overlap) - self.compute_s - self.sync_s
+
+
+def decompose(t1_s: float, n: int, serial_step_s: float, overlapped_step_s: float) -> StepParts:
+    """Rebuild compute/comm/sync from a case's numbers (strong scaling, work split perfectly).
+
+    compute = t_1/N; the two step models differ by min(compute, comm), so
+    comm = serial − overlapped (when that is < compute) and sync = overlapped − max(compute, comm).
+    Raises ValueError when the numbers cannot come from this model. Taught in chapter 5 (BERT-large case).
+    """
+    t1, n = _num("t1_s", t1_s), _n("n", n)
+    ts, to = _num("serial_step_s", serial_step_s), _num("overlapped_step_s", overlapped_step_s)
+    compute = t1 / n
+    if to > ts:
+        raise ValueError(f"overlapped_step_s ({to}) cannot exceed serial_step_s ({ts})")
+    hidden = ts - to                      # = min(compute, comm)
+    if hidden > compute + 1e-12:
+        raise ValueError(f"serial − overlapped = {hidden:.4g} s exceeds compute t1/N = {compute:.4g} s; "
+                         "overlap can hide at most the compute time")
+    comm = hidden
+    sync = to - max(compute, comm)
+    if sync < -1e-12:
+        raise ValueError(f"overlapped_step_s ({to}) is below max(compute, comm) = {max(compute, comm):.4g} s")
+    return StepParts(compute_s=compute, comm_s=comm, sync_s=max(sync, 0.0))
+
+
+def amdahl_speedup(serial_fraction: float, n: int) -> float:
+    """Amdahl (1967): S = 1 / (s + (1 − s)/N), the strong-scaling ceiling. Taught in chapter 5."""
+    s = _num("serial_fraction", serial_fraction, positive=False)
+    if s > 1:
+        raise ValueError(f"serial_fraction must be in [0, 1], got {serial_fraction!r}")
+    return 1.0 / (s + (1.0 - s) / _n("n", n))
+
+
+def gustafson_speedup(serial_fraction: float, n: int) -> float:
+    """Gustafson (1988): scaled speedup S = N − s·(N − 1), the weak-scaling view. Taught in chapter 5."""
+    s = _num("serial_fraction", serial_fraction, positive=False)
+    if s > 1:
+        raise ValueError(f"serial_fraction must be in [0, 1], got {serial_fraction!r}")
+    n = _n("n", n)
+    return n - s * (n - 1)
+
+
+def scaling_table(throughput: dict[int, float], *, mode: str = "strong"):
+    """Speedup and efficiency from measured global throughputs ``{n_devices: tokens/s}``.
+
+    ``mode="strong"``: same global batch at every N; ``"weak"``: same per-device batch. Both use
+    E = X_N / (N · X_1); speedup = X_N / X_1. Needs an entry for N = 1. Taught in chapter 5.
+    """
+    import pandas as pd
+
+    if mode not in ("strong", "weak"):
+        raise ValueError(f"mode must be 'strong' or 'weak', got {mode!r}")
+    if 1 not in throughput:
+        raise ValueError(f"throughput needs the 1-device baseline (key 1); got keys {sorted(throughput)}")
+    x1 = _num("throughput[1]", throughput[1])
+    rows = []
+    for n in sorted(throughput):
+        xn = _num(f"throughput[{n}]", throughput[n])
+        rows.append({"devices": _n("n", n), "mode": mode, "tokens/s": xn, "speedup": xn / x1,
+                     "ideal": float(n), "efficiency": throughput_efficiency(x1, xn, n)})
+    return pd.DataFrame(rows)
+
+
+def measure_scaling(base, nprocs=(1, 2), *, mode: str = "strong", threads_per_rank: int | None = 1,
+                    timeout_s: float = 300):
+    """Train ``base`` (a ``labkit.train.TrainConfig``) on each rank count and tabulate speedup and efficiency.
+
+    ``mode="strong"``: the global batch stays ``base.micro_batch`` sequences, split over the ranks (each
+    N must divide it); ``"weak"``: every rank keeps ``base.micro_batch``. One rank trains with
+    ``parallel="single"``, more with ``base.parallel`` ("ddp" when base says "single"). Ranks start through
+    ``labkit.launch`` (gloo on CPU, NCCL with one GPU per rank). On CPU ``threads_per_rank`` pins
+    ``OMP_NUM_THREADS`` so that one rank = one core stands in for one device (None: the launcher's
+    cores ÷ ranks). Returns (table, {N: RunRecord}); the table is :func:`scaling_table` plus step times.
+    Taught in chapter 5.
+    """
+    from labkit.launcher import launch
+
+    if mode not in ("strong", "weak"):
+        raise ValueError(f"mode must be 'strong' or 'weak', got {mode!r}")
+    counts = sorted({_n("nprocs", n) for n in nprocs})
+    if 1 not in counts:
+        raise ValueError(f"nprocs must include 1 (the baseline), got {list(nprocs)}")
+    bad = [n for n in counts if mode == "strong" and base.micro_batch % n]
+    if bad:
+        raise ValueError(f"strong scaling splits micro_batch={base.micro_batch} over N ranks, but it is not "
+                         f"divisible by N={bad}: choose a micro_batch divisible by every N in {counts}")
+    records = {}
+    for n in counts:
+        mb = base.micro_batch // n if mode == "strong" else base.micro_batch
+        par = "single" if n == 1 else ("ddp" if base.parallel == "single" else base.parallel)
+        cfg = base.replace(micro_batch=mb, parallel=par, label=f"{mode} N={n}")
+        env = {"OMP_NUM_THREADS": str(threads_per_rank)} if threads_per_rank else None
+        res = launch("labkit.train:train", n, args=(cfg,), env=env, timeout_s=timeout_s, stream=False)
+        records[n] = res.value
+    table = scaling_table({n: r.tokens_per_s for n, r in records.items()}, mode=mode)
+    table["step (ms)"] = [records[n].step_time.median * 1e3 for n in table["devices"]]
+    table["step spread"] = [records[n].step_time.spread for n in table["devices"]]
+    table["global batch"] = [records[n].tokens_per_step for n in table["devices"]]
+    return table, records

@@ -1,0 +1,140 @@
+"""Shared matplotlib helpers for the course's figures (one look across all chapters).
+
+Every function takes an optional ``ax`` and returns the Axes it drew on, so a notebook can combine
+them in one figure. Numbers are drawn from labkit results (DataFrames, dicts); nothing here computes
+a result. Units use SI prefixes (:func:`si`), e.g. ``si(1.2e12, "FLOP/s")`` → "1.2 TFLOP/s".
+
+Written for Part I (chapters 1–6); used by all chapters.
+"""
+from __future__ import annotations
+
+import math
+
+__all__ = ["si", "new_axes", "roofline", "stacked_parts", "scaling", "bars"]
+
+_PREFIX = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"),
+           (1e-9, "n")]
+PALETTE = {"compute": "#4C72B0", "communication": "#DD8452", "comm": "#DD8452", "memory": "#55A868",
+           "data": "#C44E52", "scheduling": "#8172B3", "sync": "#937860", "forward": "#4C72B0",
+           "backward": "#64B5CD", "optimizer": "#8172B3", "idle": "#BBBBBB"}
+
+
+def si(x: float, unit: str = "", digits: int = 3) -> str:
+    """Format with an SI prefix: si(3.2e14, "FLOP/s") → '320 TFLOP/s'. Written for chapter 1."""
+    x = float(x)
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g} {unit}".strip()
+    for scale, p in _PREFIX:
+        if abs(x) >= scale:
+            return f"{x / scale:.{digits}g} {p}{unit}".strip()
+    return f"{x:.{digits}g} {unit}".strip()
+
+
+def new_axes(ncols: int = 1, *, width: float = 5.5, height: float = 3.6):
+    """A figure with ``ncols`` side-by-side Axes (returns fig, list of axes). Used from chapter 1 on."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def _ax(ax):
+    if ax is None:
+        return new_axes()[1][0]
+    return ax
+
+
+def roofline(peak_flops: float, bandwidth: float, points=None, *, ax=None, label_points: bool = True,
+             title: str | None = None, extra_roofs: dict | None = None):
+    """Draw a log-log roofline (Williams et al. 2009) and optional measured points.
+
+    ``points``: a DataFrame with columns "intensity" and "FLOP/s" (``labkit.roofline.sweep_matmul``).
+    ``extra_roofs``: {label: peak FLOP/s} for more compute ceilings (e.g. another dtype). Chapter 6.
+    """
+    import numpy as np
+
+    ax = _ax(ax)
+    ridge = peak_flops / bandwidth
+    lo = ridge / 1e3
+    hi = ridge * 1e2
+    if points is not None and len(points):
+        lo = min(lo, float(points["intensity"].min()) / 2)
+        hi = max(hi, float(points["intensity"].max()) * 2)
+    xs = np.logspace(math.log10(lo), math.log10(hi), 200)
+    ax.loglog(xs, np.minimum(peak_flops, xs * bandwidth), color="black", lw=2,
+              label=f"roof: {si(peak_flops, 'FLOP/s')}, {si(bandwidth, 'B/s')}")
+    ax.axvline(ridge, color="grey", ls=":", lw=1)
+    ax.annotate(f"ridge {ridge:.3g} FLOP/B", (ridge, peak_flops), textcoords="offset points", xytext=(4, -14),
+                fontsize=8, color="grey")
+    for name, p in (extra_roofs or {}).items():
+        ax.loglog(xs, np.minimum(p, xs * bandwidth), ls="--", lw=1, label=f"{name}: {si(p, 'FLOP/s')}")
+    if points is not None and len(points):
+        colors = ["#C44E52" if b == "memory" else "#4C72B0" for b in points.get("bound", ["compute"] * len(points))]
+        ax.scatter(points["intensity"], points["FLOP/s"], c=colors, zorder=3, s=28, label="measured matmuls")
+        if label_points and {"m", "n", "k"} <= set(points.columns):
+            for _, r in points.iterrows():
+                ax.annotate(f"{r['m']}×{r['n']}×{r['k']}", (r["intensity"], r["FLOP/s"]), fontsize=6,
+                            textcoords="offset points", xytext=(3, 3))
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("FLOP/s")
+    ax.set_title(title or "Roofline")
+    ax.legend(fontsize=7, loc="lower right")
+    return ax
+
+
+def stacked_parts(rows: dict[str, dict[str, float]], *, ax=None, unit: str = "ms", scale: float = 1e3,
+                  title: str | None = None):
+    """Horizontal stacked bars: {row label: {part: seconds}} (e.g. step = compute + comm + sync).
+
+    Taught in chapter 2 (phases of a step) and chapter 5 (where the speedup goes)."""
+    ax = _ax(ax)
+    labels = list(rows)
+    seen = set()
+    for i, lab in enumerate(labels):
+        left = 0.0
+        for part, v in rows[lab].items():
+            w = v * scale
+            ax.barh(i, w, left=left, color=PALETTE.get(part), edgecolor="white",
+                    label=part if part not in seen else None)
+            if w > 0:
+                ax.text(left + w / 2, i, f"{w:.0f}", ha="center", va="center", fontsize=7, color="white")
+            seen.add(part)
+            left += w
+        ax.text(left, i, f" {left:.0f} {unit}", va="center", fontsize=8)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(unit)
+    ax.legend(fontsize=7, loc="lower right")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def scaling(table, *, ax=None, title: str | None = None, label: str = "measured"):
+    """Speedup vs devices with the ideal line; ``table`` from ``labkit.scaling.scaling_table``. Chapter 5."""
+    ax = _ax(ax)
+    n = table["devices"]
+    ax.plot(n, n, "k--", lw=1, label="ideal (linear)")
+    ax.plot(n, table["speedup"], "o-", label=label)
+    for x, s, e in zip(n, table["speedup"], table["efficiency"], strict=True):
+        ax.annotate(f"{s:.2f}× ({e:.0%})", (x, s), textcoords="offset points", xytext=(4, -10), fontsize=8)
+    ax.set_xlabel("devices")
+    ax.set_ylabel("speedup")
+    ax.set_title(title or "Scaling")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def bars(values: dict[str, float], *, ax=None, unit: str = "", title: str | None = None, fmt="{:.3g}"):
+    """Simple labelled bars: {label: value}. Used in chapter 3 (formulas vs exact FLOP count)."""
+    ax = _ax(ax)
+    labels = list(values)
+    ax.bar(labels, [values[k] for k in labels], color=[PALETTE.get(k, "#4C72B0") for k in labels])
+    for i, k in enumerate(labels):
+        ax.annotate(fmt.format(values[k]), (i, values[k]), ha="center", textcoords="offset points",
+                    xytext=(0, 2), fontsize=8)
+    ax.set_ylabel(unit)
+    if title:
+        ax.set_title(title)
+    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    return ax

@@ -1,0 +1,288 @@
+"""Interactive calculators for the chapters, with a static fallback.
+
+A :class:`Calculator` is a pure function of named inputs (``fn(**inputs) -> {output: value}``) plus
+the sliders that drive it. ``show()`` displays ipywidgets sliders when they can run, and *always* prints
+a static table of the outputs at the default inputs and a few variations — so the numbers are there
+when widgets cannot render (papermill, nbconvert/HTML, a viewer without the widget manager, or
+``LABKIT_WIDGETS=0`` in the environment).
+
+    calc = widgets.cost_calculator()      # chapter 1
+    calc.show()                           # sliders + static table
+    calc.compute(mfu=0.3)                 # the same maths, no UI
+
+Written for Part I: the cost calculator (chapter 1), the MFU calculator (chapter 4), the scaling
+calculator (chapter 5); other chapters build their own with :class:`Calculator`.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["Param", "Calculator", "widgets_available", "cost_calculator", "mfu_calculator",
+           "scaling_calculator"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One input: a slider between ``min`` and ``max`` (log scale when ``log``), or a choice of ``options``.
+
+    Taught in chapter 1 (the cost calculator is built from them)."""
+
+    name: str
+    label: str
+    value: float | int | str
+    min: float = 0.0
+    max: float = 1.0
+    step: float | None = None
+    log: bool = False
+    integer: bool = False
+    options: tuple = ()
+
+    def __post_init__(self):
+        if self.options:
+            if self.value not in self.options:
+                raise ValueError(f"Param {self.name}: value {self.value!r} not in options {self.options}")
+            return
+        if not (self.min <= self.value <= self.max):
+            raise ValueError(f"Param {self.name}: value {self.value!r} outside [{self.min}, {self.max}]")
+        if self.log and self.min <= 0:
+            raise ValueError(f"Param {self.name}: a log slider needs min > 0, got {self.min!r}")
+
+    def validate(self, v):
+        if self.options:
+            if v not in self.options:
+                raise ValueError(f"{self.name} must be one of {self.options}, got {v!r}")
+            return v
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"{self.name} must be a number, got {type(v).__name__} {v!r}") from None
+        if not (self.min <= x <= self.max) or not math.isfinite(x):
+            raise ValueError(f"{self.name} must be in [{self.min}, {self.max}], got {v!r}")
+        return int(round(x)) if self.integer else x
+
+
+def widgets_available() -> bool:
+    """True when ipywidgets imports, an IPython kernel is running, and LABKIT_WIDGETS is not "0". Chapter 1."""
+    if os.environ.get("LABKIT_WIDGETS", "1") == "0":
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+def _fmt(v) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return str(v)
+    x = float(v)
+    if x != 0 and (abs(x) >= 1e6 or abs(x) < 1e-3):
+        return f"{x:.3g}"
+    return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+
+
+class Calculator:
+    """A function of named inputs with sliders and a static fallback (see the module docstring).
+
+    Taught in chapter 1; chapters 4 and 5 use the MFU and scaling calculators built on it."""
+
+    def __init__(self, fn: Callable[..., dict], params: list[Param], *, title: str,
+                 variations: list[dict] | None = None):
+        if not params:
+            raise ValueError("a Calculator needs at least one Param")
+        names = [p.name for p in params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate parameter names in {names}")
+        self.fn, self.params, self.title = fn, list(params), title
+        self.variations = [dict(v) for v in (variations or [])]
+        for v in self.variations:
+            self._inputs(v)            # validate early: a typo in a variation is an author error
+
+    @property
+    def defaults(self) -> dict:
+        return {p.name: p.value for p in self.params}
+
+    def _inputs(self, overrides: dict) -> dict:
+        by = {p.name: p for p in self.params}
+        bad = sorted(set(overrides) - set(by))
+        if bad:
+            raise ValueError(f"{self.title}: unknown input(s) {bad}; valid: {sorted(by)}")
+        values = self.defaults
+        for k, v in overrides.items():
+            values[k] = by[k].validate(v)
+        return values
+
+    def compute(self, **overrides) -> dict:
+        """Outputs at the default inputs changed by ``overrides`` (validated)."""
+        out = self.fn(**self._inputs(overrides))
+        if not isinstance(out, dict) or not out:
+            raise TypeError(f"{self.title}: the calculator function must return a non-empty dict")
+        return out
+
+    def text(self, **overrides) -> str:
+        values = self._inputs(overrides)
+        out = self.compute(**overrides)
+        return "; ".join(f"{k} = {_fmt(v)}" for k, v in out.items()) + "   (" + ", ".join(
+            f"{p.label} = {_fmt(values[p.name])}" for p in self.params) + ")"
+
+    def table(self, variations: list[dict] | None = None):
+        """The static fallback: one row for the defaults and one per variation (inputs that differ + outputs)."""
+        import pandas as pd
+
+        rows = []
+        for var in [{}] + list(self.variations if variations is None else variations):
+            label = "defaults" if not var else ", ".join(f"{k}={_fmt(v)}" for k, v in var.items())
+            rows.append({"case": label, **self.compute(**var)})
+        return pd.DataFrame(rows).set_index("case")
+
+    def widget(self):
+        """The ipywidgets UI (sliders + a live result line). Raises ImportError without ipywidgets."""
+        import ipywidgets as w
+
+        controls = {}
+        for p in self.params:
+            style = {"description_width": "initial"}
+            layout = w.Layout(width="480px")
+            if p.options:
+                c = w.Dropdown(options=list(p.options), value=p.value, description=p.label, style=style)
+            elif p.log:
+                c = w.FloatLogSlider(value=p.value, min=math.log10(p.min), max=math.log10(p.max),
+                                     step=p.step or 0.01, description=p.label, style=style, layout=layout)
+            elif p.integer:
+                c = w.IntSlider(value=int(p.value), min=int(p.min), max=int(p.max), step=int(p.step or 1),
+                                description=p.label, style=style, layout=layout)
+            else:
+                c = w.FloatSlider(value=p.value, min=p.min, max=p.max, step=p.step or (p.max - p.min) / 100,
+                                  description=p.label, style=style, layout=layout, readout_format=".3g")
+            controls[p.name] = c
+        result = w.HTML()
+
+        def update(_=None):
+            try:
+                out = self.compute(**{k: c.value for k, c in controls.items()})
+                result.value = "<br>".join(f"<b>{k}</b>: {_fmt(v)}" for k, v in out.items())
+            except (ValueError, TypeError) as e:
+                result.value = f"<span style='color:#C44E52'>{e}</span>"
+
+        for c in controls.values():
+            c.observe(update, names="value")
+        update()
+        box = w.VBox([w.HTML(f"<b>{self.title}</b>"), *controls.values(), result])
+        box.controls, box.result = controls, result   # for tests and for learners who script it
+        return box
+
+    def show(self, mode: str = "auto") -> str:
+        """Display sliders (when widgets can run) and print the static table; returns the mode used.
+
+        ``mode``: "auto" (widgets when available), "widget" (force; errors without ipywidgets) or "static".
+        """
+        if mode not in ("auto", "widget", "static"):
+            raise ValueError(f"mode must be 'auto', 'widget' or 'static', got {mode!r}")
+        used = "static"
+        if mode == "widget" or (mode == "auto" and widgets_available()):
+            from IPython.display import display
+
+            display(self.widget())
+            used = "widget"
+        print(f"{self.title} — static table (the same maths as the sliders):")
+        print(self.table().map(_fmt).to_string())
+        return used
+
+
+# --------------------------------------------------------------------------- chapter calculators
+def cost_calculator(*, n_params_b: float = 8.0, tokens_b: float = 1000.0, n_devices: int = 512,
+                    peak_tflops: float = 989.0, mfu: float = 0.4, price_per_device_hour: float = 2.0,
+                    throughput_drop: float = 0.3) -> Calculator:
+    """GPU-hours / cost / wall-clock of a run, and what a throughput drop adds (chapter 1).
+
+    FLOPs per token = 6·N (Kaplan et al. 2020, §2.1); tokens/s from MFU (``labkit.cost``).
+    Defaults are inputs, not results: pass the case you study (e.g. a catalogue peak from labkit.hardware).
+    """
+    from labkit import cost
+
+    def fn(n_params_b, tokens_b, n_devices, peak_tflops, mfu, price_per_device_hour, throughput_drop):
+        c = cost.training_cost(tokens=tokens_b * 1e9, flops_per_token=6 * n_params_b * 1e9,
+                               n_devices=int(n_devices), peak_flops=peak_tflops * 1e12, mfu=mfu,
+                               price_per_device_hour=price_per_device_hour)
+        extra = cost.extra_wallclock_fraction(throughput_drop)
+        return {"tokens/s (global)": c.tokens_per_s, "wall-clock days": c.days,
+                "device-hours": c.device_hours, "cost": c.cost,
+                "extra wall-clock from the drop": f"{extra:.1%}",
+                "extra cost from the drop": c.cost * extra}
+
+    params = [
+        Param("n_params_b", "parameters (billions)", n_params_b, 0.1, 1000.0, log=True),
+        Param("tokens_b", "training tokens (billions)", tokens_b, 1.0, 100000.0, log=True),
+        Param("n_devices", "devices", n_devices, 1, 65536, integer=True, step=1),
+        Param("peak_tflops", "peak TFLOP/s per device", peak_tflops, 0.01, 5000.0, log=True),
+        Param("mfu", "MFU", mfu, 0.01, 1.0, step=0.01),
+        Param("price_per_device_hour", "price per device-hour", price_per_device_hour, 0.0, 20.0, step=0.1),
+        Param("throughput_drop", "throughput drop", throughput_drop, 0.0, 0.9, step=0.01),
+    ]
+    variations = [{"mfu": round(mfu * (1 - throughput_drop), 6)}, {"n_devices": max(1, n_devices // 2)}]
+    return Calculator(fn, params, title="Training cost calculator", variations=variations)
+
+
+def mfu_calculator(*, tokens_per_s: float = 3000.0, flops_per_token: float = 6 * 8e9, n_devices: int = 1,
+                   peak_tflops: float = 989.0, recompute_factor: float = 4 / 3) -> Calculator:
+    """MFU and HFU from throughput (chapter 4).
+
+    MFU = tokens/s × model FLOPs per token / (devices × peak); HFU counts the FLOPs the hardware ran,
+    here model FLOPs × ``recompute_factor`` (4/3 for full recomputation: 8PD/6PD) —
+    PaLM (Chowdhery et al. 2022, App. B). Uses ``labkit.mfu``.
+    """
+    from labkit import mfu as m
+
+    def fn(tokens_per_s, flops_per_token, n_devices, peak_tflops, recompute_factor):
+        peak = peak_tflops * 1e12
+        achieved = tokens_per_s * flops_per_token
+        cap = n_devices * peak
+        out = {"model FLOP/s": achieved}
+        if achieved > cap:
+            out["MFU"] = f"impossible: {achieved / cap:.2f}× peak — check tokens/s or peak"
+            return out
+        out["MFU"] = m.mfu(tokens_per_s=tokens_per_s, flops_per_token=flops_per_token, n_devices=int(n_devices),
+                           peak_flops=peak)
+        hw = flops_per_token * recompute_factor
+        out["HFU"] = (m.hfu(tokens_per_s=tokens_per_s, hardware_flops_per_token=hw, n_devices=int(n_devices),
+                            peak_flops=peak) if achieved * recompute_factor <= cap else "above peak")
+        return out
+
+    params = [
+        Param("tokens_per_s", "tokens/s (global)", tokens_per_s, 1e-3, 1e9, log=True),
+        Param("flops_per_token", "model FLOPs per token", flops_per_token, 1e3, 1e16, log=True),
+        Param("n_devices", "devices", n_devices, 1, 65536, integer=True),
+        Param("peak_tflops", "peak TFLOP/s per device", peak_tflops, 1e-3, 5000.0, log=True),
+        Param("recompute_factor", "hardware/model FLOPs (recompute)", recompute_factor, 1.0, 2.0, step=0.01),
+    ]
+    variations = [{"tokens_per_s": tokens_per_s / 2}, {"recompute_factor": 1.0}]
+    return Calculator(fn, params, title="MFU / HFU calculator", variations=variations)
+
+
+def scaling_calculator(*, t1_ms: float = 360.0, n: int = 4, comm_ms: float = 65.0,
+                       sync_ms: float = 45.0) -> Calculator:
+    """Step time and speedup with and without overlap (chapter 5), via ``labkit.scaling``."""
+    from labkit import scaling as s
+
+    def fn(t1_ms, n, comm_ms, sync_ms):
+        compute = t1_ms / n
+        over = s.step_time(compute, comm_ms, sync_ms, overlap=True)
+        serial = s.step_time(compute, comm_ms, sync_ms, overlap=False)
+        return {"compute per device (ms)": compute, "step, overlap (ms)": over,
+                "step, no overlap (ms)": serial, "speedup, overlap": t1_ms / over,
+                "speedup, no overlap": t1_ms / serial, "efficiency, no overlap": t1_ms / serial / n}
+
+    params = [
+        Param("t1_ms", "1-device step (ms)", t1_ms, 1.0, 10000.0, log=True),
+        Param("n", "devices", n, 1, 1024, integer=True),
+        Param("comm_ms", "gradient all-reduce (ms)", comm_ms, 0.0, 5000.0, step=1.0),
+        Param("sync_ms", "serial remainder (ms)", sync_ms, 0.0, 5000.0, step=1.0),
+    ]
+    return Calculator(fn, params, title="Scaling calculator", variations=[{"n": max(1, n * 2)}, {"comm_ms": 0.0}])
