@@ -29,7 +29,7 @@ _DTYPES = {"float", "half", "double", "int8", "uint8", "int32", "uint32", "int64
 
 
 def strip_prefix(line: str) -> str:
-    """Remove an mpirun ``[1,0]<stdout>:`` (optionally timestamped) or ``srun --label`` prefix."""
+    """Remove an mpirun ``[1,0]<stdout>:`` (optionally timestamped) or ``srun --label`` prefix. Taught in chapter 11."""
     return _PREFIX.sub("", line, count=1)
 
 
@@ -80,21 +80,36 @@ class NcclTestsResult:
 
 _COLS = ["size", "count", "type", "redop", "root", "oop_time_us", "oop_algbw", "oop_busbw", "oop_wrong",
          "ip_time_us", "ip_algbw", "ip_busbw", "ip_wrong"]
+_LEADS = {5: ["size", "count", "type", "redop", "root"],   # new format (nccl-tests >= 2.10)
+          4: ["size", "count", "type", "redop"],           # old format, reductions
+          3: ["size", "count", "type"]}                    # old format, all_gather / broadcast
+_RANK_TAG = re.compile(r"^\[\d+\]\s+")                     # "[0] " tags (mpirun --tag-output, pdsh ...)
 
 
-def _parse_row(toks: list[str], fmt: str) -> dict:
-    # new: size count type redop root | time algbw busbw wrong | time algbw busbw wrong  (13)
-    # old: size count type redop      | time algbw busbw error | time algbw busbw error  (12)
-    nlead = 5 if fmt == "new" else 4
+def _lead_from_count(n: int) -> list[str]:
+    for lead in (5, 4, 3):
+        if n in (lead + 8, lead + 4):
+            return _LEADS[lead]
+    raise ValueError(f"{n} fields do not match any nccl-tests row layout (7, 8, 9, 11, 12 or 13 fields)")
+
+
+def _parse_row(toks: list[str], lead: list[str]) -> dict:
+    """One data row: the lead columns (size count type [redop] [root]) then 4 columns per placement."""
+    nlead = len(lead)
     if len(toks) not in (nlead + 4, nlead + 8):
-        raise ValueError(f"expected {nlead + 8} fields ({fmt} format), got {len(toks)}")
+        raise ValueError(f"expected {nlead + 8} fields ({' '.join(lead)} + 2x time algbw busbw wrong), "
+                         f"got {len(toks)}")
     size, count = toks[0], toks[1]
     if not (size.isdigit() and count.isdigit()):
         raise ValueError("size and count must be integers")
     if toks[2] not in _DTYPES and not re.match(r"^[a-z][a-z0-9_]*$", toks[2]):
         raise ValueError(f"unknown type {toks[2]!r}")
-    row = {"size": int(size), "count": int(count), "type": toks[2], "redop": toks[3], "root": None}
-    if fmt == "new":
+    row = {"size": int(size), "count": int(count), "type": toks[2], "redop": None, "root": None}
+    if "redop" in lead:
+        if not re.match(r"^[a-z][a-z0-9_]*$", toks[3]):
+            raise ValueError(f"redop {toks[3]!r} is not a reduction name")
+        row["redop"] = toks[3]
+    if "root" in lead:
         if not re.match(r"^-?\d+$", toks[4]):
             raise ValueError(f"root {toks[4]!r} is not an integer")
         row["root"] = int(toks[4])
@@ -105,7 +120,7 @@ def _parse_row(toks: list[str], fmt: str) -> dict:
                 row[f"{prefix}_{k}"] = None
             continue
         t, a, b = (_num(x) for x in chunk[:3])
-        if t is not None and t < 0 or a is not None and a < 0 or b is not None and b < 0:
+        if any(v is not None and v < 0 for v in (t, a, b)):
             raise ValueError("negative time or bandwidth")
         w = _num(chunk[3])
         row.update({f"{prefix}_time_us": t, f"{prefix}_algbw": a, f"{prefix}_busbw": b, f"{prefix}_wrong": w})
@@ -115,19 +130,20 @@ def _parse_row(toks: list[str], fmt: str) -> dict:
 def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
     """Parse nccl-tests output (any op, old or new format); never raises on bad lines.
 
-    ``op`` names the test when the text does not (it is detected from ``*_perf`` command lines).
-    Taught in chapter 11 (communication diagnostics).
+    The column layout is read from the ``# size count type ...`` header when there is one, else
+    inferred from the number of fields. ``op`` names the test when the text does not (it is detected
+    from ``*_perf`` command lines). Taught in chapter 11 (communication diagnostics).
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     from labkit.comm_models import canonical_op
 
     rows, errors, devices, params = [], [], [], {}
-    fmt, avg, oob, found_op = None, None, None, None
+    lead, fmt, avg, oob, found_op = None, None, None, None, None
     if op is not None:
         found_op = canonical_op(op)
     for i, raw in enumerate(text.splitlines(), 1):
-        line = strip_prefix(raw).rstrip()
+        line = _RANK_TAG.sub("", strip_prefix(raw)).rstrip()
         s = line.strip()
         if not s:
             continue
@@ -140,7 +156,9 @@ def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
         if s.startswith("#"):
             body = s.lstrip("#").strip()
             if re.match(r"^size\s+count\s+type", body):
-                fmt = "new" if re.search(r"\broot\b", body) else "old"
+                cols = body.split()
+                lead = cols[:cols.index("time")] if "time" in cols else None
+                fmt = "new" if "root" in cols else "old"
             elif body.startswith("Avg bus bandwidth"):
                 m2 = re.search(r":\s*([0-9.eE+-]+)", body)
                 try:
@@ -151,7 +169,7 @@ def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
                 oob = body.split(":", 1)[-1].strip()
             elif body.startswith("nThread"):
                 toks = body.split()
-                for k, v in zip(toks[0::2], toks[1::2]):
+                for k, v in zip(toks[0::2], toks[1::2], strict=False):
                     params[k.rstrip(":")] = v
             elif re.match(r"^Rank\s+\d+", body):
                 devices.append(body)
@@ -159,17 +177,15 @@ def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
         if not s[0].isdigit():
             continue  # NCCL INFO lines, shell prompts, ... are not ours
         toks = s.split()
-        use = fmt or ("new" if len(toks) in (9, 13) else "old")
         try:
+            use = lead if lead and len(toks) in (len(lead) + 4, len(lead) + 8) else _lead_from_count(len(toks))
             rows.append(_parse_row(toks, use))
         except (ValueError, IndexError) as e:
             errors.append((i, str(e), raw))
     df = pd.DataFrame(rows, columns=_COLS)
-    nranks = len(devices) or None
-    if not nranks and "nGpus" in params:
-        nranks = None
-    return NcclTestsResult(rows=df, avg_busbw=avg, errors=errors, op=found_op, nranks=nranks, params=params,
-                           devices=devices, out_of_bounds=oob, format=fmt)
+    ranks = {re.match(r"^Rank\s+(\d+)", d).group(1) for d in devices}
+    return NcclTestsResult(rows=df, avg_busbw=avg, errors=errors, op=found_op, nranks=len(ranks) or None,
+                           params=params, devices=devices, out_of_bounds=oob, format=fmt)
 
 
 # ----------------------------------------------------------------------------------- NCCL_DEBUG=INFO
@@ -242,6 +258,11 @@ def parse_nccl_debug(text: str) -> NcclDebugInfo:
     for i, raw in enumerate(text.splitlines(), 1):
         line = strip_prefix(raw)
         m = _NCCL_LINE.search(line)
+        bare = re.match(r"^\s*NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?", line)
+        if bare and not m:   # rank 0 prints the version without the host:pid:tid header
+            info.version, info.cuda = bare.group(1), bare.group(2)
+            info.n_lines += 1
+            continue
         if not m:
             if "NCCL INFO" in line or "NCCL WARN" in line:
                 info.errors.append((i, "NCCL line without the 'host:pid:tid [dev]' header", raw))
@@ -282,7 +303,7 @@ def _parse_debug_msg(msg: str, info: NcclDebugInfo, ring_seen: set) -> None:
     if m:
         info.env[m.group(1)] = m.group(2)
         return
-    m = re.search(r"\brank \d+ nr[Aa]nks (\d+)(?: nNodes (\d+))?", msg)
+    m = re.search(r"\brank \d+ n[Rr]anks (\d+)(?: nNodes (\d+))?", msg)
     if m:
         info.nranks = max(info.nranks or 0, int(m.group(1)))
         if m.group(2):
@@ -403,9 +424,9 @@ def parse_topology(text: str) -> Topology:
         if len(codes) != nd or not all(_LINK.match(c) for c in codes):
             topo.errors.append((i, f"row {name!r}: expected {nd} link codes", raw))
             continue
-        topo.links[name] = dict(zip(topo.devices, codes))
+        topo.links[name] = dict(zip(topo.devices, codes, strict=True))
         rest = toks[1 + nd:]
-        vals = dict(zip(extra, rest))
+        vals = dict(zip(extra, rest, strict=False))
         if "CPU Affinity" in vals:
             topo.cpu_affinity[name] = vals["CPU Affinity"]
         if "NUMA Affinity" in vals:
@@ -416,7 +437,7 @@ def parse_topology(text: str) -> Topology:
 
 
 def detect_format(text: str) -> str:
-    """Which parser fits: ``"nccl-tests"``, ``"nccl-debug"``, ``"topology"`` or ``"unknown"``."""
+    """Which parser fits: ``"nccl-tests"``, ``"nccl-debug"``, ``"topology"`` or ``"unknown"``. Taught in chapter 11."""
     if re.search(r"#\s*size\s+count\s+type", text) or "Avg bus bandwidth" in text:
         return "nccl-tests"
     if re.search(r"^\s*GPU0\s+", text, re.M) and re.search(r"\bX\b", text) and "NCCL INFO" not in text:
