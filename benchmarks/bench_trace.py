@@ -1,0 +1,137 @@
+"""Speed of labkit.trace vs HTA 0.5.0 and vs a bare json.load of the same file (chapter 9).
+
+Run from the repo root::
+
+    .venv/bin/python benchmarks/bench_trace.py [TRACE_DIR]          # default ../shared/peer-traces
+
+For each trace it prints the best of 7 interleaved rounds (wall time) of
+  json      gzip + json.load of the file (the floor any Python reader pays),
+  labkit    labkit.trace.analyze (full: steps, breakdown, overlap, collectives, stragglers, top ops),
+  lk-hta    labkit.trace.hta_summary (HTA's temporal breakdown + comm/compute overlap, HTA's definitions),
+  HTA       HTA 0.5.0 TraceAnalysis(trace_dir) + get_temporal_breakdown + get_comm_comp_overlap, timed
+            inside a subprocess of build/hta-venv (HTA needs pandas < 3) — interpreter start excluded,
+and the ratios HTA/lk-hta (goal ≥ 5) and labkit/json (goal ≤ 2).
+
+Two helper modes run under build/hta-venv/bin/python (they import only HTA):
+  --hta-time FILE        time HTA on one file, print JSON
+  --hta-reference DIR    HTA's numbers on every *.json.gz in DIR (tests/data/hta_reference.json)
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HTA_PY = ROOT / "build" / "hta-venv" / "bin" / "python"
+
+
+def _hta_on(file: str):
+    import logging
+    import shutil
+    import tempfile
+
+    logging.disable(logging.WARNING)
+    from hta.trace_analysis import TraceAnalysis
+
+    d = tempfile.mkdtemp()
+    os.symlink(os.path.abspath(file), os.path.join(d, os.path.basename(file)))
+    t0 = time.perf_counter()
+    ta = TraceAnalysis(trace_dir=d)
+    tb = ta.get_temporal_breakdown(visualize=False)
+    try:
+        ov = ta.get_comm_comp_overlap(visualize=False)
+    except Exception:  # noqa: BLE001 - HTA fails on traces without NCCL kernels in some versions
+        ov = None
+    dt = time.perf_counter() - t0
+    shutil.rmtree(d)
+    return dt, tb, ov
+
+
+def hta_time(file: str) -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    best = min(_hta_on(file)[0] for _ in range(3))
+    print(json.dumps({"seconds": best}))
+
+
+def hta_reference(folder: str) -> None:
+    import warnings
+
+    import hta  # noqa: F401
+
+    warnings.filterwarnings("ignore")
+    out = {"_provenance": {
+        "tool": "HolisticTraceAnalysis 0.5.0 (pip install HolisticTraceAnalysis==0.5.0 'pandas<3' in build/hta-venv)",
+        "made_with": "build/hta-venv/bin/python benchmarks/bench_trace.py --hta-reference ../shared/peer-traces "
+                     "> tests/data/hta_reference.json (TraceAnalysis(trace_dir=<folder holding one file>)"
+                     ".get_temporal_breakdown(visualize=False) and .get_comm_comp_overlap(visualize=False), "
+                     "one file per TraceAnalysis)",
+        "traces": "/work/shared/peer-traces (facebookresearch/HolisticTraceAnalysis tests/data, commit f4d0062c, MIT)"},
+        "files": {}}
+    for f in sorted(Path(folder).glob("*.json.gz")):
+        _, tb, ov = _hta_on(str(f))
+        r = tb.iloc[0]
+        o = None if ov is None else float(ov.iloc[0]["comp_comm_overlap_pctg"])
+        out["files"][f.name] = {"rank": int(r["rank"]), "idle_time_pctg": float(r["idle_time_pctg"]),
+                                "compute_time_pctg": float(r["compute_time_pctg"]),
+                                "non_compute_time_pctg": float(r["non_compute_time_pctg"]),
+                                "kernel_time_us": float(r["kernel_time(us)"]),
+                                "comp_comm_overlap_pctg": None if o is None or o != o else o}
+    print(json.dumps(out, indent=1))
+
+
+def _best(fn, n=5) -> float:
+    best = float("inf")
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main(folder: str) -> None:
+    import gzip
+
+    from labkit.trace import analyze, hta_summary
+
+    files = sorted(Path(folder).glob("*.json.gz"))
+    if not files:
+        sys.exit(f"no *.json.gz traces in {folder}")
+    cpu = sorted((ROOT / "datasets" / "traces" / "cpu_gloo_ddp_tiny").glob("*.json.gz"))[:1]
+    print(f"{'file':<44} {'MB':>5} {'json s':>7} {'labkit s':>8} {'lk-hta s':>8} {'HTA s':>7} "
+          f"{'HTA/lk-hta':>10} {'labkit/json':>11}")
+    for f in files + cpu:
+        # interleaved: each round times all three back to back, so load drift hits them alike
+        js = lk = lh = float("inf")
+        for _ in range(7):
+            js = min(js, _best(lambda f=f: json.load(gzip.open(f)), 1))
+            lk = min(lk, _best(lambda f=f: analyze(f), 1))
+            if f not in cpu:
+                lh = min(lh, _best(lambda f=f: hta_summary(f), 1))
+        lh = lh if f not in cpu else float("nan")
+        hta = float("nan")
+        if HTA_PY.exists() and f not in cpu:
+            r = subprocess.run([str(HTA_PY), __file__, "--hta-time", str(f)], capture_output=True, text=True,
+                               timeout=600)
+            if r.returncode == 0:
+                hta = json.loads(r.stdout.strip().splitlines()[-1])["seconds"]
+        mb = f.stat().st_size / 2**20
+        print(f"{f.name[:44]:<44} {mb:5.2f} {js:7.3f} {lk:8.3f} {lh:8.3f} {hta:7.3f} {hta / lh:10.1f} "
+              f"{lk / js:11.2f}")
+    if not HTA_PY.exists():
+        print(f"(HTA column empty: make {HTA_PY.parent.parent} with "
+              "`python3 -m venv build/hta-venv && build/hta-venv/bin/pip install HolisticTraceAnalysis==0.5.0 'pandas<3'`)")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "--hta-time":
+        hta_time(sys.argv[2])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "--hta-reference":
+        hta_reference(sys.argv[2])
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else str(ROOT.parent / "shared" / "peer-traces"))

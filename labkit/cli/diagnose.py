@@ -1,0 +1,75 @@
+"""``labkit diagnose``: run a workload (or read a record/trace) and name the bottleneck.
+
+Examples::
+
+    labkit diagnose                               # default workload: labkit.train, DDP on 2 gloo ranks
+    labkit diagnose --inject data                 # a known bottleneck (labkit.trace_workload)
+    labkit diagnose --record run.json --trace traces/ --json
+
+``--inject data|compute|comm|memory`` runs :mod:`labkit.trace_workload` (a naive data-parallel loop
+whose bottlenecks can be switched on); without it the default workload is :func:`labkit.train.run`
+with a profiler trace per rank.
+
+Taught in chapter 14 (systematic diagnosis).
+"""
+from __future__ import annotations
+
+import tempfile
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("diagnose", help="name the bottleneck of a run (five families, with evidence)",
+                              description="metrics → logs → topology → strategy: MFU and utilisation, "
+                                          "exposed communication, data wait, memory, scheduling.")
+    p.add_argument("--record", help="a saved RunRecord JSON (skip running a workload)")
+    p.add_argument("--trace", help="a trace file or folder of the same run")
+    p.add_argument("--inject", choices=["data", "compute", "comm", "memory"],
+                   help="run the tiny workload with this bottleneck injected")
+    p.add_argument("--nprocs", type=int, default=2, help="ranks for the workload (default 2)")
+    p.add_argument("--steps", type=int, default=6, help="steps of the workload (default 6)")
+    p.add_argument("--out", help="folder for the traces and record (default: a temp folder)")
+    p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    from labkit.diagnose import diagnose
+    from labkit.record import RunRecord
+    from labkit.trace import analyze
+
+    if args.nprocs < 1 or args.steps < 1:
+        raise ValueError(f"--nprocs={args.nprocs} and --steps={args.steps} must be >= 1")
+    if args.record and args.inject:
+        raise ValueError("--record reads a finished run; it cannot be combined with --inject")
+    trace_path = args.trace
+    if args.record:
+        record = RunRecord.load(args.record)
+        if trace_path is None and record.extra.get("trace_files"):
+            files = record.extra["trace_files"]
+            from pathlib import Path
+
+            parents = {str(Path(f).parent) for f in files}
+            trace_path = parents.pop() if len(parents) == 1 else None
+    elif args.trace and not args.inject:
+        record = RunRecord(label="trace-only")
+    else:
+        out = args.out or tempfile.mkdtemp(prefix="labkit-diagnose-")
+        if args.inject:
+            from labkit.trace_workload import WorkloadConfig, run_workload
+
+            record = run_workload(WorkloadConfig(inject=args.inject, steps=args.steps), out, nprocs=args.nprocs)
+        else:
+            from labkit.train import TrainConfig, run
+
+            par = "ddp" if args.nprocs > 1 else "single"
+            record = run(TrainConfig(parallel=par, steps=args.steps + 3, warmup_steps=3, profile_dir=out),
+                         nprocs=args.nprocs)
+        trace_path = out
+    trace = analyze(trace_path) if trace_path else None
+    if trace is not None:
+        trace.update_record(record)
+    if not args.record and (args.inject or not args.trace):
+        record.save(f"{trace_path}/record.json")      # with the trace's utilisation and wait shares
+    d = diagnose(record, trace)
+    print(d.to_json() if args.json else d.report())
+    return 0

@@ -1,0 +1,73 @@
+"""``labkit trace``: analyse torch.profiler Chrome traces, or write SYNTHETIC GPU ones.
+
+Examples::
+
+    labkit trace analyze build/work/traces/            # a folder of per-rank traces
+    labkit trace analyze rank0.pt.trace.json.gz --json --steps 3 4
+    labkit trace hta ../shared/peer-traces/trace_filter_sampled_rank-0.json.gz   # HTA's definitions
+    labkit trace synth out/ --ranks 2 --straggler-rank 1 --straggler-us 700
+
+Taught in chapter 9 (profiler traces).
+"""
+from __future__ import annotations
+
+import json
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("trace", help="analyse profiler traces (breakdown, overlap, stragglers)",
+                              description="Read torch.profiler Chrome traces (.json/.json.gz, CPU or GPU).")
+    sub = p.add_subparsers(dest="trace_command", metavar="ACTION")
+    a = sub.add_parser("analyze", help="per-rank breakdown: compute, exposed/hidden comm, memcpy, idle, data wait")
+    a.add_argument("path", help="a trace file or a folder of per-rank trace files")
+    a.add_argument("--steps", type=int, nargs="+", help="ProfilerStep numbers to keep (default: all)")
+    a.add_argument("--json", action="store_true", help="print JSON instead of the text summary")
+    a.set_defaults(func=_analyze)
+    h = sub.add_parser("hta", help="temporal breakdown and comm/compute overlap in HTA 0.5.0's definitions")
+    h.add_argument("path")
+    h.add_argument("--json", action="store_true")
+    h.set_defaults(func=_hta)
+    s = sub.add_parser("synth", help="write SYNTHETIC GPU-style traces with known answers")
+    s.add_argument("out", help="output folder")
+    s.add_argument("--ranks", type=int, default=2)
+    s.add_argument("--steps", type=int, default=4)
+    s.add_argument("--straggler-rank", type=int)
+    s.add_argument("--straggler-us", type=float, default=0.0)
+    s.add_argument("--data-wait", action="store_true", help="host sits in the DataLoader during host-wait gaps")
+    s.add_argument("--nccl-names", default="current", help="current | v2_17 | legacy | rccl")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(func=_synth)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _analyze(args) -> int:
+    from labkit.trace import analyze
+
+    res = analyze(args.path, steps=args.steps)
+    print(json.dumps(res.to_dict(), indent=2) if args.json else res.summary())
+    return 0
+
+
+def _hta(args) -> int:
+    from labkit.trace import hta_comm_comp_overlap, hta_temporal_breakdown
+
+    tb = hta_temporal_breakdown(args.path)
+    ov = hta_comm_comp_overlap(args.path)
+    if args.json:
+        print(json.dumps({"temporal_breakdown": tb.to_dict("records"),
+                          "comm_comp_overlap": ov.to_dict("records")}, indent=2, default=str))
+    else:
+        print(tb.to_string(index=False))
+        print(ov.to_string(index=False))
+    return 0
+
+
+def _synth(args) -> int:
+    from labkit.synthetic import SyntheticSpec, write_traces
+
+    spec = SyntheticSpec(world_size=args.ranks, steps=args.steps, straggler_rank=args.straggler_rank,
+                         straggler_us=args.straggler_us, data_wait=args.data_wait, nccl_names=args.nccl_names,
+                         seed=args.seed)
+    for p in write_traces(spec, args.out):
+        print(p)
+    return 0

@@ -1,0 +1,209 @@
+"""labkit.diagnose: five families with evidence, on constructed records, SYNTHETIC GPU traces and
+bottlenecks injected into a live 2-rank gloo run (chapter 14)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labkit.cli import main as cli_main
+from labkit.diagnose import FAMILIES, Thresholds, diagnose
+from labkit.record import RunRecord, Stat
+from labkit.synthetic import SyntheticSpec, write_traces
+from labkit.trace import analyze
+from labkit.trace_workload import WorkloadConfig, run_workloads
+
+
+def _rec(**kw):
+    base = dict(label="t", step_time=Stat.of([0.1, 0.11, 0.1]), mfu=0.45, hfu=0.45, comm_wait_share=0.03,
+                data_wait_share=0.01, peak_source="user")
+    base.update(kw)
+    return RunRecord(**base)
+
+
+def test_healthy_run_has_no_clear_bottleneck():
+    d = diagnose(_rec())
+    assert d.primary is None and d.findings == []
+    assert d.verdict.startswith("no clear bottleneck")
+    assert "MFU 45.0%" in d.verdict
+
+
+def test_low_mfu_alone_is_compute_with_threshold():
+    d = diagnose(_rec(mfu=0.08, hfu=0.08, config={"micro_batch": 1, "seq_len": 16}))
+    assert d.primary == "compute"
+    f = d.findings[0]
+    assert f.family == "compute" and f.thresholds == {"mfu_low": 0.30}
+    assert f.evidence["tokens_per_micro_batch"] == 16 and f.evidence["mfu"] == 0.08
+    assert f.severity == "high" and f.advice
+
+
+def test_waits_come_before_math_in_the_verdict():
+    # MFU is low, but because 40 % of the step waits for data: data is the bottleneck
+    d = diagnose(_rec(mfu=0.15, hfu=0.15, data_wait_share=0.40))
+    assert d.primary == "data"
+    assert [f.family for f in d.findings][0] in ("compute", "data")      # diagnosis order kept
+    data = next(f for f in d.findings if f.family == "data")
+    assert data.severity == "high" and data.evidence["data_wait_share"] == 0.40
+    assert data.thresholds == {"data_wait": 0.05, "data_wait_high": 0.10}
+
+
+def test_findings_follow_the_seed_order():
+    d = diagnose(_rec(mfu=0.05, hfu=0.07, comm_wait_share=0.3, data_wait_share=0.2,
+                      config={"checkpoint": True}))
+    fams = [f.family for f in d.findings]
+    order = ["compute", "communication", "data", "memory", "scheduling"]
+    assert fams == sorted(fams, key=order.index)
+    assert set(fams) <= set(FAMILIES) and "memory" in fams
+
+
+def test_memory_budget_forcing_recompute_is_memory_not_compute():
+    rec = _rec(mfu=0.06, hfu=0.08, config={"micro_batch": 1, "micro_batch_requested": 16, "checkpoint": True,
+                                           "memory_budget_bytes": 10_000_000}, peak_memory_bytes=9_500_000)
+    d = diagnose(rec)
+    assert d.primary == "memory"
+    mem = next(f for f in d.findings if f.family == "memory")
+    assert mem.evidence["forced_by_memory_budget"] is True
+    assert mem.evidence["peak_memory_fraction"] == pytest.approx(0.95)
+    assert mem.evidence["recompute_share_of_flops"] == pytest.approx(0.25)
+    comp = next(f for f in d.findings if f.family == "compute")
+    assert "consequence" in comp.note
+
+
+def test_synthetic_trace_exposed_comm_and_straggler(tmp_path):
+    write_traces(SyntheticSpec(compute_us=4000, comm_us=4000, hidden_us=200, straggler_rank=1,
+                               straggler_us=1500, host_wait_us=100, other_idle_us=100), tmp_path)
+    a = analyze(tmp_path)
+    d = diagnose(_rec(comm_wait_share=None), a)
+    assert d.primary == "communication"
+    f = next(f for f in d.findings if f.family == "communication")
+    assert f.evidence["comm_exposed_share"] == pytest.approx(a.comm_wait_share)
+    assert f.evidence["straggler_rank"] == 1 and f.evidence["algbw_GBps"] > 0
+    assert "rank 1" in f.note
+
+
+def test_synthetic_trace_host_wait_is_scheduling(tmp_path):
+    write_traces(SyntheticSpec(world_size=1, compute_us=3000, comm_us=300, hidden_us=300, host_wait_us=2500,
+                               other_idle_us=0, kernels_per_step=40), tmp_path)
+    d = diagnose(_rec(), analyze(tmp_path))
+    assert d.primary == "scheduling"
+    f = d.findings[-1]
+    assert f.evidence["device_idle_waiting_for_host_share"] > Thresholds().host_wait
+
+
+def test_report_and_json_roundtrip():
+    d = diagnose(_rec(mfu=0.1, hfu=0.1, comm_wait_share=0.3))
+    text = d.report()
+    assert "evidence" in text and "threshold" in text and "advice" in text and "Verdict:" in text
+    doc = json.loads(d.to_json())
+    assert doc["primary"] == "communication" and doc["findings"][0]["family"] == "compute"
+
+
+def test_bad_input():
+    with pytest.raises(TypeError, match="RunRecord"):
+        diagnose({"mfu": 0.3})
+    with pytest.raises(TypeError, match="TraceAnalysis"):
+        diagnose(_rec(), trace="trace.json")
+
+
+# ---------------------------------------------------------------- live injected bottlenecks
+SMALL = dict(steps=3, warmup_steps=1, micro_batch=8)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """The four injected runs in one launch of 2 gloo ranks (starting processes is the slow part)."""
+    kinds = ("data", "comm", "compute", "memory")
+    dirs = [tmp_path_factory.mktemp(f"inject_{k}") for k in kinds]
+    recs = run_workloads([WorkloadConfig(inject=k, **SMALL) for k in kinds], dirs)
+    runs = {k: (r, analyze(d)) for k, r, d in zip(kinds, recs, dirs, strict=True)}
+    return runs.__getitem__
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_injected_slow_loader_is_data(live):
+    rec, tr = live("data")
+    d = diagnose(rec, tr)
+    assert d.primary == "data", d.report()
+    f = next(f for f in d.findings if f.family == "data")
+    assert f.evidence["data_wait_share"] > 0.15          # the loader sleeps ≈ 40 % of a clean step
+    assert rec.config["data_slowdown_s_used"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_injected_oversized_allreduce_is_communication(live):
+    rec, tr = live("comm")
+    d = diagnose(rec, tr)
+    assert d.primary == "communication", d.report()
+    assert rec.config["comm_pad_mb_used"] > 0
+    assert tr.comm_by_type.iloc[0]["type"] == "all_reduce"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_injected_tiny_micro_batch_is_compute(live):
+    rec, tr = live("compute")
+    d = diagnose(rec, tr)
+    assert d.primary == "compute", d.report()
+    f = d.findings[0]
+    assert f.evidence["micro_batch"] == 1 and f.evidence["mfu"] < 0.30
+    # overhead-bound: the typical op is short and there are many of them
+    assert f.evidence["ops_in_trace_top20"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_injected_memory_budget_is_memory(live):
+    rec, tr = live("memory")
+    assert rec.config["checkpoint"] is True and rec.config["micro_batch"] == 1
+    assert rec.hfu > rec.mfu                              # recomputation executes extra FLOPs
+    d = diagnose(rec, tr)
+    assert d.primary == "memory", d.report()
+    mem = next(f for f in d.findings if f.family == "memory")
+    assert mem.evidence["forced_by_memory_budget"] is True
+
+
+def test_workload_config_validation():
+    with pytest.raises(ValueError, match="inject"):
+        WorkloadConfig(inject="network")
+    with pytest.raises(ValueError, match="inject_share"):
+        WorkloadConfig(inject_share=1.5)
+
+
+# ---------------------------------------------------------------- CLI
+def test_cli_diagnose_from_record_and_trace(tmp_path, capsys):
+    write_traces(SyntheticSpec(compute_us=3000, comm_us=4000, hidden_us=100), tmp_path / "tr")
+    _rec(mfu=0.2, hfu=0.2).save(tmp_path / "rec.json")
+    assert cli_main(["diagnose", "--record", str(tmp_path / "rec.json"), "--trace", str(tmp_path / "tr"),
+                     "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["primary"] == "communication"
+    assert cli_main(["diagnose", "--trace", str(tmp_path / "tr")]) == 0
+    assert "Verdict" in capsys.readouterr().out
+    assert cli_main(["diagnose", "--record", str(tmp_path / "rec.json"), "--inject", "data"]) == 2
+
+
+def test_cli_diagnose_help():
+    with pytest.raises(SystemExit) as e:
+        cli_main(["diagnose", "--help"])
+    assert e.value.code == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_cli_diagnose_runs_injected_workload(tmp_path, capsys):
+    assert cli_main(["diagnose", "--inject", "data", "--steps", "3", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Verdict: data-bound" in out
+    assert (tmp_path / "record.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_cli_diagnose_default_workload_via_train(tmp_path, capsys):
+    assert cli_main(["diagnose", "--steps", "2", "--out", str(tmp_path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["figures"]["mfu"] is not None and doc["figures"]["utilisation"] is not None
+    rec = RunRecord.load(tmp_path / "record.json")
+    assert rec.config["parallel"] == "ddp" and len(list(tmp_path.glob("rank*.json"))) == 2
