@@ -25,6 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+try:  # optional accelerator for large traces (a dependency of labkit; the stdlib path stays tested)
+    import orjson
+except ImportError:  # pragma: no cover - exercised when orjson is absent
+    orjson = None
+
 # category codes
 KERNEL, MEMCPY, MEMSET, CPU_OP, USER_ANNOTATION, RUNTIME, GPU_ANNOTATION, PYTHON, OTHER = range(9)
 CATEGORIES = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET, "cpu_op": CPU_OP,
@@ -98,6 +103,21 @@ def trace_files(path) -> list[Path]:
     raise FileNotFoundError(f"trace path {p} does not exist")
 
 
+def _fast_loads(raw: bytes):
+    """orjson when installed (≈2–3× faster on large traces), else the standard library.
+
+    orjson refuses what the standard library accepts (NaN literals some exporters write), and its
+    errors carry no line/column: on any orjson error the standard parser decides, so the result and
+    the error messages are the same either way.
+    """
+    if orjson is not None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
+
+
 def load(path) -> dict:
     """Parse one Chrome trace (``.json`` or ``.json.gz``) and check its shape.
 
@@ -120,7 +140,7 @@ def load(path) -> dict:
     if not raw or (len(raw) < 64 and not raw.strip()):
         raise ValueError(f"trace file {p} is empty")
     try:
-        doc = json.loads(raw)
+        doc = _fast_loads(raw)
     except json.JSONDecodeError as e:
         hint = " — the file looks truncated" if e.pos >= len(raw.rstrip()) - 1 else ""
         raise ValueError(f"trace file {p} is not valid JSON (line {e.lineno}, column {e.colno}: "
