@@ -1,0 +1,70 @@
+"""``labkit grade LAB SUBMISSIONS... --out DIR``: grade every submission of a lab (labkit.grading.batch)."""
+from __future__ import annotations
+
+import argparse
+import ast
+
+EPILOG = """\
+Each submission runs with papermill in its own folder (DIR/work/<student>), in a subprocess with a
+notebook and a per-cell time limit and CPU-time / file-size (and optionally memory) rlimits; the lab's
+hidden checks then run in a fresh process against the evidence the notebook recorded. Output:
+DIR/gradebook.csv (student, lab, timestamp, score, max_score, one column per question, status),
+DIR/feedback/<student>.json and DIR/executed/<student>.ipynb. A re-run skips submissions already graded
+(same notebook bytes, same lab source) unless --force.
+
+examples:
+  labkit release lab01_baseline --out release/
+  labkit grade lab01_baseline submitted/ --out grades/ --workers 2 --param FAST=True
+"""
+
+
+def _param(text: str):
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"--param {text!r}: expected NAME=VALUE, e.g. FAST=True")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return name, value
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "grade", help="grade submissions of a lab into a gradebook",
+        description="Grade SUBMISSIONS (notebooks, or folders searched for *.ipynb) of LAB.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("lab", metavar="LAB", help="lab id, lab folder or instructor notebook")
+    p.add_argument("submissions", metavar="SUBMISSION", nargs="+", help="submitted notebooks or folders")
+    p.add_argument("--out", required=True, metavar="DIR", help="where the gradebook and feedback go")
+    p.add_argument("--workers", type=int, default=1, help="submissions graded in parallel (default 1)")
+    p.add_argument("--force", action="store_true", help="regrade submissions already graded")
+    p.add_argument("--param", type=_param, action="append", default=[], metavar="NAME=VALUE",
+                   help="parameter injected into every submission (repeatable), e.g. FAST=True")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per notebook (default 600)")
+    p.add_argument("--cell-timeout", type=float, default=120.0, help="seconds per cell (default 120)")
+    p.add_argument("--cpu-s", type=int, default=1200, help="RLIMIT_CPU seconds per process (default 1200)")
+    p.add_argument("--fsize-mb", type=int, default=512, help="RLIMIT_FSIZE: largest file, MiB (default 512)")
+    p.add_argument("--memory-mb", type=int, default=None,
+                   help="RLIMIT_AS per process, MiB (default 8192 without NVIDIA devices, off with them: "
+                        "CUDA reserves huge virtual ranges); 0 turns it off")
+    p.add_argument("--output-mb", type=float, default=4.0, help="cell output kept per notebook, MiB (default 4)")
+    p.add_argument("--check-timeout", type=float, default=120.0, help="seconds per hidden check (default 120)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=handler)
+
+
+def handler(args) -> int:
+    from labkit.grading import Limits
+    from labkit.grading.batch import GradeConfig, grade
+
+    mem = {} if args.memory_mb is None else {"memory_mb": args.memory_mb or None}
+    limits = Limits(notebook_s=args.timeout, cell_s=args.cell_timeout, cpu_s=args.cpu_s,
+                    fsize_mb=args.fsize_mb, output_mb=args.output_mb, **mem)
+    cfg = GradeConfig(limits=limits, workers=args.workers, params=dict(args.param), force=args.force,
+                      check_s=args.check_timeout, progress=not args.no_progress)
+    res = grade(args.lab, args.submissions, args.out, cfg)
+    for row in res.rows:
+        print(f"{row['student']:<24} {row['score']:>6g} / {row['max_score']:g}  {row['status']}")
+    print(f"graded {len(res.graded)}, skipped (already graded) {len(res.skipped)}, grader errors "
+          f"{len(res.failed)} -> {res.gradebook}")
+    return 1 if res.failed else 0

@@ -1,0 +1,26 @@
+"""``labkit release LAB --out DIR``: write the learner version of a lab (see labkit.grading.labfmt)."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "release", help="write the learner version of a lab (solutions and hidden checks removed)",
+        description="Write the learner version of LAB into DIR/<lab>/: solution regions replaced by "
+                    "'...  # YOUR ANSWER HERE', hidden-check cells removed, cell ids kept, outputs cleared, "
+                    "support files copied. Byte-identical on every re-run.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("lab", metavar="LAB", help="lab id from the course manifest (e.g. lab01_baseline), a lab "
+                   "folder, or the instructor notebook's path")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write the learner version into")
+    p.set_defaults(func=handler)
+
+
+def handler(args) -> int:
+    from labkit.grading import load_lab, release
+
+    lab = load_lab(args.lab)
+    path = release(lab.source, args.out)
+    print(f"released {lab.id}: {len(lab.questions)} questions, {lab.max_score:g} points -> {path}")
+    return 0

@@ -1,0 +1,35 @@
+"""Graded labs: the lab format, evidence, release and batch grading.
+
+- :class:`EvidenceBook` — what a lab's answer cell calls to record its evidence (light: no torch import).
+- :func:`expect`, :class:`CheckFailed`, :func:`close` — the verbs of visible and hidden checks.
+- :func:`load_lab`, :func:`release` — parse an instructor source; write the learner version.
+- :func:`grade`, :class:`GradeConfig`, :class:`Limits` — grade a batch of submissions.
+
+Command line: ``labkit release LAB --out DIR`` and ``labkit grade LAB SUBMISSIONS... --out DIR``.
+
+Taught in the labs (``labs/``): every lab records its evidence with :class:`EvidenceBook`.
+"""
+from __future__ import annotations
+
+from labkit.grading.evidence import CheckFailed, Evidence, EvidenceBook, close, expect
+from labkit.grading.labfmt import Lab, learner_notebook, load_lab, release
+from labkit.grading.sandbox import Limits
+
+
+def grade(lab, submissions, out, config=None):
+    """Grade ``submissions`` of ``lab`` into ``out``; see :mod:`labkit.grading.batch`."""
+    from labkit.grading.batch import grade as _grade
+
+    return _grade(lab, submissions, out, config)
+
+
+def __getattr__(name):
+    if name in ("GradeConfig", "GradeResult"):
+        from labkit.grading import batch
+
+        return getattr(batch, name)
+    raise AttributeError(f"module 'labkit.grading' has no attribute {name!r}")
+
+
+__all__ = ["CheckFailed", "Evidence", "EvidenceBook", "close", "expect", "Lab", "learner_notebook", "load_lab",
+           "release", "Limits", "grade", "GradeConfig", "GradeResult"]

@@ -1,0 +1,362 @@
+"""Batch grading: every submission of a lab, each in its own folder and process tree, with one command.
+
+``labkit grade LAB SUBMISSIONS... --out DIR`` (see :mod:`labkit.cli.grade`) calls :func:`grade`, which for
+each submission
+
+1. copies the notebook and the lab's support files into ``DIR/work/<student>/`` (a fresh folder);
+2. executes it with papermill in a subprocess (:mod:`labkit.grading.executor`) under the rlimits and
+   time limits of :class:`~labkit.grading.sandbox.Limits`, in parallel workers;
+3. runs the lab's hidden checks in another fresh process (:mod:`labkit.grading.checker`) against the
+   evidence the notebook recorded — never against anything the kernel printed;
+4. writes ``DIR/feedback/<student>.json`` (score per question, each check's message, what ran, what
+   failed, cell structure by id) atomically, and rebuilds ``DIR/gradebook.csv`` from all of them.
+
+A re-run skips submissions whose feedback is complete for the same notebook bytes and lab source
+(``force=True`` regrades), so a batch killed midway resumes, and the gradebook, being rebuilt from the
+per-student files, never holds a duplicate row.
+
+Taught in the instructor notes of the labs (``labkit grade --help``).
+"""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit.grading import sandbox
+from labkit.grading.evidence import sha256_file
+from labkit.grading.labfmt import Lab, learner_notebook, load_lab
+from labkit.record import atomic_write_text
+
+GRADER_VERSION = 1
+FIXED_COLUMNS = ["student", "lab", "timestamp", "score", "max_score"]
+_SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+@dataclass(frozen=True)
+class GradeConfig:
+    """How to grade: limits, parallelism, parameters injected into every submission."""
+
+    limits: sandbox.Limits = field(default_factory=sandbox.Limits)
+    workers: int = 1
+    params: dict = field(default_factory=dict)
+    force: bool = False
+    check_s: float = 120.0             # per hidden check
+    protect: tuple = ()                # files/folders a submission must not modify (default: labkit itself)
+    progress: bool = True
+    kernel_name: str = "python3"
+
+    def __post_init__(self):
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise ValueError(f"workers={self.workers!r}; must be an integer >= 1")
+        if not isinstance(self.params, dict):
+            raise TypeError(f"params must be a dict of notebook parameters, got {type(self.params).__name__}")
+        if self.check_s <= 0:
+            raise ValueError(f"check_s={self.check_s!r}; must be > 0")
+
+
+@dataclass
+class GradeResult:
+    gradebook: Path
+    rows: list[dict]
+    graded: list[str]
+    skipped: list[str]
+    failed: list[str]     # grader-side failures (never a student's fault); regraded on the next run
+
+
+# ---------------------------------------------------------------- submissions
+def collect(paths) -> list[Path]:
+    """Notebooks named by ``paths`` (files, or folders searched recursively)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_file():
+            if p.suffix != ".ipynb":
+                raise ValueError(f"submission {p} is not a .ipynb notebook")
+            out.append(p.resolve())
+        elif p.is_dir():
+            out += sorted(q.resolve() for q in p.rglob("*.ipynb") if ".ipynb_checkpoints" not in q.parts)
+        else:
+            raise FileNotFoundError(f"submission {p} does not exist")
+    if not out:
+        raise ValueError(f"no .ipynb submissions found in {[str(p) for p in paths]}")
+    return list(dict.fromkeys(out))
+
+
+def student_of(path: Path, lab_id: str) -> str:
+    """``alice.ipynb`` -> alice; nbgrader layout ``<student>/<lab>/<lab>.ipynb`` -> the student folder."""
+    path = Path(path)
+    name = path.stem
+    if name == lab_id:
+        for part in reversed(path.parent.parts):
+            if part != lab_id:
+                name = part
+                break
+    return _SAFE.sub("_", name).strip("._") or "unnamed"
+
+
+# ---------------------------------------------------------------- one submission
+def _structure(lab: Lab, nb) -> dict:
+    """Cells of the submission matched to the learner version by id (deleted, duplicated, reordered)."""
+    expected = [c.metadata["labkit"]["id"] for c in learner_notebook(lab).cells
+                if isinstance(c.get("metadata", {}).get("labkit"), dict)]
+    seen = [c.metadata.get("labkit", {}).get("id") for c in nb.cells
+            if isinstance(c.get("metadata", {}).get("labkit"), dict)]
+    known = [i for i in seen if i in expected]
+    order = [i for i in dict.fromkeys(known)]
+    return {
+        "missing": [i for i in expected if i not in seen],
+        "duplicated": sorted({i for i in known if known.count(i) > 1}),
+        "reordered": order != [i for i in expected if i in order],
+        "unknown_ids": sorted({str(i) for i in seen if i not in expected}),
+        "cells": len(nb.cells), "expected_cells": len(learner_notebook(lab).cells),
+    }
+
+
+def _run(cmd, *, cwd, env, limits: sandbox.Limits, timeout: float, log: Path) -> tuple[int | None, bool]:
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=logf,
+                                stderr=subprocess.STDOUT, preexec_fn=limits.preexec(), start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            sandbox.kill_tree(proc.pid)
+            try:
+                os.killpg(proc.pid, 9)
+            except OSError:
+                pass
+            proc.wait()
+            return proc.returncode, True
+        finally:
+            if proc.poll() is None:  # interrupted (KeyboardInterrupt in the grader): leave nothing behind
+                sandbox.kill_tree(proc.pid)
+
+
+def _timestamp(path: Path) -> str:
+    ts = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
+    return ts.isoformat(timespec="seconds")
+
+
+def grade_one(lab: Lab, sub: Path, student: str, out: Path, cfg: GradeConfig) -> dict:
+    """Grade one submission; returns its feedback dict (also written to ``out/feedback/<student>.json``)."""
+    import nbformat
+
+    t0 = time.perf_counter()
+    lim = cfg.limits
+    fb = {"student": student, "lab": lab.id, "timestamp": _timestamp(sub), "submission": str(sub),
+          "submission_sha256": sha256_file(sub), "lab_sha256": lab.sha256, "grader_version": GRADER_VERSION,
+          "params": cfg.params, "max_score": lab.max_score, "score": 0.0, "status": "graded", "notes": [],
+          "graded_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    private = out / ".grader" / student
+    work = out / "work" / student
+    for d in (private, work):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    executed = out / "executed" / f"{student}.ipynb"
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    executed.unlink(missing_ok=True)
+    try:
+        nb = nbformat.read(sub, as_version=4)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is graded as such
+        fb.update(status="unreadable", structure=None, execution=None, questions=_zero(lab, "notebook unreadable"),
+                  complete=True)
+        fb["notes"].append(f"the submission is not a readable notebook: {type(e).__name__}: {str(e)[:300]}")
+        return fb
+    fb["structure"] = _structure(lab, nb)
+    for f in lab.support_files():
+        target = work / f.relative_to(lab.dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, target)
+    src = work / f"{lab.id}.ipynb"
+    nbformat.write(nb, src)
+    protect = [Path(p) for p in (cfg.protect or sandbox.default_protected())] + [lab.dir]
+    before = sandbox.fingerprint(protect)
+    env = sandbox.env_for_submission(work / "work")
+    spec = {"input": str(src), "output": str(executed), "status": str(private / "status.json"), "cwd": str(work),
+            "parameters": cfg.params, "cell_s": lim.cell_s, "notebook_s": lim.notebook_s,
+            "output_bytes": int(lim.output_mb * 2**20), "kernel_name": cfg.kernel_name}
+    (private / "spec.json").write_text(json.dumps(spec))
+    t1 = time.perf_counter()
+    rc, killed = _run(sandbox.python_cmd() + ["-m", "labkit.grading.executor", str(private / "spec.json")],
+                      cwd=work, env=env, limits=lim, timeout=lim.notebook_s + 60, log=private / "executor.log")
+    fb["execute_s"] = round(time.perf_counter() - t1, 2)
+    try:
+        report = json.loads((private / "status.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        report = {"cells": [], "error": f"executor ended without a report (exit {rc}{', killed' if killed else ''})"}
+    report["executor_exit"] = rc
+    fb["execution"] = _summarise(report)
+    if sandbox.fingerprint(protect) != before:
+        fb["status"] = "labkit-modified"
+        fb["notes"].append("files of the labkit package changed on disk while this submission ran; nothing "
+                           "is graded until labkit is restored (reinstall it) and the batch re-run")
+        fb["questions"] = _zero(lab, "not graded: labkit was modified on disk")
+        fb["complete"] = False
+        return fb
+    t1 = time.perf_counter()
+    results = _checks(lab, work / "work", private, cfg)
+    fb["checks_s"] = round(time.perf_counter() - t1, 2)
+    fb["questions"] = _score(lab, results, report)
+    fb["score"] = round(sum(q["score"] for q in fb["questions"].values()), 6)
+    st = fb["structure"]
+    if st["missing"]:
+        fb["notes"].append(f"cells deleted (by id): {', '.join(st['missing'])}")
+    if st["reordered"]:
+        fb["notes"].append("graded cells were reordered; they are matched by id, so this alone costs nothing")
+    if st["duplicated"]:
+        fb["notes"].append(f"cells duplicated (by id): {', '.join(st['duplicated'])}")
+    ex = fb["execution"]
+    if ex.get("stopped"):
+        fb["notes"].append(f"execution stopped: {ex['stopped']}")
+    if ex.get("output_dropped_bytes"):
+        fb["notes"].append(f"{ex['output_dropped_bytes']:,} bytes of output over the limit were dropped")
+    fb["seconds"] = round(time.perf_counter() - t0, 2)
+    fb["complete"] = True
+    return fb
+
+
+def _summarise(report: dict) -> dict:
+    cells = report.get("cells", [])
+    return {
+        "kernel_started": report.get("kernel_started"), "kernel_died": report.get("kernel_died"),
+        "deadline_hit": report.get("deadline_hit"), "stopped": report.get("stopped"), "error": report.get("error"),
+        "cells_executed": sum(1 for c in cells if c.get("executed") and c.get("type") == "code"),
+        "cells_failed": sum(1 for c in cells if c.get("error")),
+        "cells_timed_out": sum(1 for c in cells if c.get("timed_out")),
+        "output_dropped_bytes": report.get("output_dropped_bytes", 0),
+        "orphans_killed": report.get("orphans_killed", 0), "wall_s": report.get("wall_s"),
+        "executor_exit": report.get("executor_exit"),
+        "cells": cells,
+    }
+
+
+def _checks(lab: Lab, work_root: Path, private: Path, cfg: GradeConfig) -> list[dict]:
+    spec = {"lab": lab.id, "work_root": str(work_root), "params": cfg.params, "check_s": cfg.check_s,
+            "result": str(private / "checks.json"),
+            "checks": [{"id": c.id, "question": c.question, "weight": c.weight, "source": c.source}
+                       for c in lab.checks]}
+    (private / "checks_spec.json").write_text(json.dumps(spec))
+    env = sandbox.env_for_submission(work_root)
+    rc, killed = _run(sandbox.python_cmd() + ["-m", "labkit.grading.checker", str(private / "checks_spec.json")],
+                      cwd=private, env=env, limits=cfg.limits,
+                      timeout=cfg.check_s * len(lab.checks) + 60, log=private / "checker.log")
+    try:
+        return json.loads((private / "checks.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        msg = f"the hidden-check process ended without results (exit {rc}{', killed' if killed else ''})"
+        return [{"id": c.id, "question": c.question, "weight": c.weight, "passed": False, "message": msg}
+                for c in lab.checks]
+
+
+def _zero(lab: Lab, why: str) -> dict:
+    return {q.id: {"score": 0.0, "max_score": q.points, "checks": [], "answer_cells": [], "feedback": why}
+            for q in lab.questions}
+
+
+def _score(lab: Lab, results: list[dict], report: dict) -> dict:
+    by_q: dict[str, list[dict]] = {}
+    for r in results:
+        by_q.setdefault(r["question"], []).append(r)
+    out = {}
+    for q in lab.questions:
+        rs = by_q.get(q.id, [])
+        total = sum(r["weight"] for r in rs) or 1.0
+        got = sum(r["weight"] for r in rs if r.get("passed"))
+        cells = [c for c in report.get("cells", []) if c.get("id") == q.id]
+        first_fail = next((r["message"] for r in rs if not r.get("passed")), None)
+        out[q.id] = {"score": round(q.points * got / total, 6), "max_score": q.points, "checks": rs,
+                     "answer_cells": cells, "feedback": first_fail or "all checks passed"}
+    return out
+
+
+# ---------------------------------------------------------------- the batch
+def _complete(path: Path, sha: str, lab: Lab) -> bool:
+    try:
+        fb = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return (fb.get("complete") is True and fb.get("submission_sha256") == sha and fb.get("lab_sha256") == lab.sha256
+            and fb.get("grader_version") == GRADER_VERSION)
+
+
+def write_gradebook(lab: Lab, out: Path) -> tuple[Path, list[dict]]:
+    """Rebuild ``out/gradebook.csv`` from every complete feedback file of ``lab`` (one row per student)."""
+    rows = []
+    for p in sorted((out / "feedback").glob("*.json")):
+        try:
+            fb = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if fb.get("lab") != lab.id or not fb.get("complete"):
+            continue
+        row = {k: fb.get(k) for k in FIXED_COLUMNS}
+        for q in lab.questions:
+            row[q.id] = (fb.get("questions") or {}).get(q.id, {}).get("score", 0.0)
+        row["status"] = fb.get("status")
+        rows.append(row)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=FIXED_COLUMNS + [q.id for q in lab.questions] + ["status"],
+                       lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    path = out / "gradebook.csv"
+    atomic_write_text(path, buf.getvalue())
+    return path, rows
+
+
+def grade(lab, submissions, out, config: GradeConfig | None = None) -> GradeResult:
+    """Grade every submission of ``lab`` into ``out`` (see the module docstring); never stops on a submission."""
+    cfg = config or GradeConfig()
+    parsed = lab if isinstance(lab, Lab) else load_lab(lab)
+    out = Path(out)
+    (out / "feedback").mkdir(parents=True, exist_ok=True)
+    subs = collect(submissions)
+    names: dict[str, Path] = {}
+    for s in subs:
+        n = student_of(s, parsed.id)
+        if n in names:
+            raise ValueError(f"two submissions map to student {n!r}: {names[n]} and {s}; rename one")
+        names[n] = s
+    todo, skipped = [], []
+    for n, s in names.items():
+        if not cfg.force and _complete(out / "feedback" / f"{n}.json", sha256_file(s), parsed):
+            skipped.append(n)
+        else:
+            todo.append(n)
+    lock = threading.Lock()
+    graded, failed = [], []
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(todo), desc=f"grading {parsed.id}", unit="nb", disable=not cfg.progress, file=sys.stderr)
+
+    def one(n):
+        try:
+            fb = grade_one(parsed, names[n], n, out, cfg)
+        except Exception as e:  # noqa: BLE001 - a grader-side failure is reported, the batch goes on
+            fb = {"student": n, "lab": parsed.id, "complete": False, "status": "grader-error",
+                  "notes": [f"{type(e).__name__}: {e}"]}
+        with lock:
+            atomic_write_text(out / "feedback" / f"{n}.json", json.dumps(fb, indent=1, default=str))
+            (graded if fb.get("complete") else failed).append(n)
+            write_gradebook(parsed, out)
+            bar.set_postfix_str(f"{n}: {fb.get('score', 0)}/{parsed.max_score:g} {fb.get('status')}")
+            bar.update(1)
+
+    try:
+        with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
+            for fut in as_completed([pool.submit(one, n) for n in todo]):
+                fut.result()
+    finally:
+        bar.close()
+    path, rows = write_gradebook(parsed, out)
+    return GradeResult(path, rows, sorted(graded), sorted(skipped), sorted(failed))

@@ -1,0 +1,79 @@
+"""Run a lab's hidden checks against a submission's recorded evidence, in a fresh process.
+
+``python -P -m labkit.grading.checker SPEC.json`` — started by the grader with the submission's limits,
+in a folder of its own (never the submission's, which the learner's code could have filled with
+modules of its own). Each check is the code of one hidden cell of the instructor source, executed with
+these names defined:
+
+``evidence(q)``  :class:`~labkit.grading.evidence.Evidence` of question ``q`` (CheckFailed if missing)
+``expect(c, m)`` fail with message ``m`` unless ``c``; ``close(a, b, rel=)`` numeric agreement
+``CheckFailed``, ``LAB`` (lab id), ``WORK`` (the submission's work folder), ``PARAMS`` (injected parameters)
+
+A check passes when its code finishes; :class:`CheckFailed` is a failed check with its message, any other
+exception is a failed check reported as such, and a check past ``check_s`` seconds fails as timed out.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from labkit.grading.evidence import CheckFailed, Evidence, close, expect
+
+
+class _CheckTimeout(BaseException):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _CheckTimeout()
+
+
+def run_checks(spec: dict) -> list[dict]:
+    lab, work = spec["lab"], Path(spec["work_root"])
+    results = []
+    signal.signal(signal.SIGALRM, _alarm)
+    for chk in spec["checks"]:
+        ns = {"__name__": f"labkit_hidden_{chk['id']}", "LAB": lab, "WORK": work,
+              "PARAMS": dict(spec.get("params") or {}), "expect": expect, "close": close,
+              "CheckFailed": CheckFailed,
+              "evidence": lambda q, _lab=lab, _w=work: Evidence.load(_lab, q, root=_w)}
+        res = {"id": chk["id"], "question": chk["question"], "weight": chk["weight"], "passed": False,
+               "message": ""}
+        t0 = time.perf_counter()
+        signal.alarm(max(1, int(spec.get("check_s", 60))))
+        try:
+            exec(compile(chk["source"], f"<hidden check {chk['id']}>", "exec"), ns)  # noqa: S102 - instructor code
+            res["passed"] = True
+            res["message"] = "passed"
+        except CheckFailed as e:
+            res["message"] = str(e) or "check failed"
+        except _CheckTimeout:
+            res["message"] = f"check timed out after {spec.get('check_s', 60)} s"
+        except Exception as e:  # noqa: BLE001 - a broken evidence file fails the check, never the grader
+            tb = traceback.format_exception_only(type(e), e)[-1].strip()
+            res["message"] = f"check could not run on this evidence: {tb[:500]}"
+        finally:
+            signal.alarm(0)
+        res["seconds"] = round(time.perf_counter() - t0, 3)
+        results.append(res)
+    return results
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m labkit.grading.checker SPEC.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text())
+    results = run_checks(spec)
+    from labkit.record import atomic_write_text
+
+    atomic_write_text(spec["result"], json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,160 @@
+"""Limits and clean-up for untrusted notebook runs (POSIX).
+
+- :class:`Limits`: CPU seconds (``RLIMIT_CPU``, per process: the kernel and each rank get their own
+  budget), largest file written (``RLIMIT_FSIZE``) and address space (``RLIMIT_AS``; 8 GiB on a CPU
+  machine, off where CUDA is present — see :func:`default_memory_mb`), applied in a
+  ``preexec_fn`` so they are inherited by the kernel and every rank it starts (``setrlimit(2)``).
+- :func:`become_subreaper`: ``prctl(PR_SET_CHILD_SUBREAPER)`` (Linux ≥ 3.4, ``prctl(2)``), so processes a
+  submission orphans (a hung rank whose launcher died) are re-parented to the executor, which kills them.
+- :func:`kill_tree`: SIGKILL a process and all its descendants (psutil).
+- :func:`fingerprint`: a hash of the files a submission must not change on disk (the labkit package).
+
+Taught in the instructor notes of the labs (``labkit grade --help``).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+CPU_MEMORY_MB = 8192
+
+
+def default_memory_mb() -> int | None:
+    """RLIMIT_AS default: 8 GiB per process on a machine without NVIDIA devices, off with them.
+
+    Measured (``benchmarks/bench_grade.py --probe-as``, torch 2.13 CPU): training the tiny model needs
+    ≈ 0.86 GB of address space in one process and ≈ 0.93 GB per DDP rank (768 MiB fails with gloo,
+    512 MiB fails in OpenBLAS), so 8 GiB only stops runaways. The CUDA runtime reserves far more
+    virtual address space than it uses, so an address-space limit breaks CUDA initialisation: on a GPU
+    machine memory is left to the hub's cgroup limits.
+    """
+    return None if os.path.exists("/dev/nvidiactl") else CPU_MEMORY_MB
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-submission limits; ``None`` leaves a limit off."""
+
+    notebook_s: float = 600.0          # wall-clock for the whole notebook
+    cell_s: float = 120.0              # wall-clock per cell (the kernel is interrupted, then the cell fails)
+    cpu_s: int | None = 1200           # RLIMIT_CPU per process
+    fsize_mb: int | None = 512         # RLIMIT_FSIZE: no file larger than this
+    memory_mb: int | None = field(default_factory=lambda: default_memory_mb())  # RLIMIT_AS, see below
+    output_mb: float = 4.0             # cell outputs kept per notebook; the rest is dropped and counted
+
+    def __post_init__(self):
+        for name in ("notebook_s", "cell_s", "output_mb"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or v <= 0:
+                raise ValueError(f"Limits.{name}={v!r}; must be a number > 0")
+        for name in ("cpu_s", "fsize_mb", "memory_mb"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v <= 0):
+                raise ValueError(f"Limits.{name}={v!r}; must be a positive integer or None")
+
+    def preexec(self):
+        """A ``preexec_fn`` that applies the rlimits in the child (new session: own process group)."""
+        import resource  # imported here, in the parent: importing between fork and exec can deadlock
+
+        cpu, fsize, mem = self.cpu_s, self.fsize_mb, self.memory_mb
+
+        def apply():  # runs in the child between fork and exec: no imports, no locks
+            if cpu:
+                resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+            if fsize:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize * 2**20, fsize * 2**20))
+            if mem:
+                resource.setrlimit(resource.RLIMIT_AS, (mem * 2**20, mem * 2**20))
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+
+        return apply
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def kill_tree(pid: int, *, include_self: bool = True) -> int:
+    """SIGKILL ``pid``'s descendants (and ``pid`` itself); returns how many processes were signalled."""
+    import psutil
+
+    procs = descendants(pid)
+    if include_self:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.Error:
+            pass
+    n = 0
+    for p in procs:
+        try:
+            p.kill()
+            n += 1
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+    return n
+
+
+def fingerprint(paths) -> str:
+    """SHA-256 over the names and bytes of every ``.py`` file under ``paths`` (tamper detection)."""
+    h = hashlib.sha256()
+    for root in paths:
+        root = Path(root)
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in (".py", ".toml"))
+        for p in files:
+            if "__pycache__" in p.parts:
+                continue
+            h.update(str(p).encode())
+            try:
+                h.update(p.read_bytes())
+            except OSError:
+                h.update(b"<unreadable>")
+    return h.hexdigest()
+
+
+def default_protected() -> list[Path]:
+    """What a submission must not modify on disk: the code the grader trusts — ``labkit.grading`` and
+    ``labkit.record`` (add more with ``GradeConfig.protect``). A tripwire, not a wall: on a shared hub,
+    run the grader as a user the learners' kernels cannot write for."""
+    import labkit
+
+    pkg = Path(labkit.__file__).resolve().parent
+    return [pkg / "grading", pkg / "record.py"]
+
+
+def env_for_submission(work: Path, base: dict | None = None) -> dict:
+    """Environment of a submission's run: its own work folder, no display, one BLAS thread per core share."""
+    env = dict(os.environ if base is None else base)
+    for k in ("PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT"):
+        env.pop(k, None)
+    env["LABKIT_WORK"] = str(work)
+    env["MPLBACKEND"] = "Agg"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def python_cmd() -> list[str]:
+    """This interpreter, without the current folder on ``sys.path`` (a submission's folder may hold a
+    ``labkit.py`` or ``torch.py`` of its own): ``-P`` on Python ≥ 3.11, ``-I`` before."""
+    import sys
+
+    return [sys.executable, "-P" if sys.version_info >= (3, 11) else "-I"]

@@ -1,0 +1,164 @@
+"""Build the adversarial corpus of the grader's tests from the mini lab (run from the repository root).
+
+    .venv/bin/python tests/adversarial/build_corpus.py          # (re)write tests/adversarial/*.ipynb
+
+Each submission starts from the learner version of ``mini_lab`` with some answers filled in from the
+instructor source, then misbehaves in one way. ``expected.json`` says what each must be graded.
+``tests/test_grading_adversarial.py`` checks that the committed files match this script's output.
+"""
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_output
+
+HERE = Path(__file__).resolve().parent
+LAB = HERE / "mini_lab"
+
+
+def _cell(source: str, cid: str):
+    c = new_code_cell(source)
+    c.id = cid
+    return c
+
+
+def base(answered=("q1",)):
+    """The learner notebook with the answer cells of ``answered`` taken from the instructor source."""
+    from labkit.grading import learner_notebook, load_lab
+
+    lab = load_lab(LAB)
+    inst = {c.get("metadata", {}).get("labkit", {}).get("id"): c for c in lab.notebook().cells}
+    nb = learner_notebook(lab)
+    for i, c in enumerate(nb.cells):
+        cid = c.get("metadata", {}).get("labkit", {}).get("id")
+        if cid in answered:
+            nb.cells[i] = copy.deepcopy(inst[cid])
+    return nb
+
+
+def index(nb, cid):
+    return next(i for i, c in enumerate(nb.cells) if c.get("metadata", {}).get("labkit", {}).get("id") == cid)
+
+
+def corpus() -> dict:
+    out = {}
+    nb = base(("q1", "q2"))
+    nb.cells.insert(index(nb, "q2"), _cell("x_bad = 1 / 0  # a bug before q2", "adv-raise"))
+    out["exception"] = nb
+
+    nb = base(("q1", "q2"))
+    nb.cells.insert(index(nb, "q2"), _cell("while True:\n    pass", "adv-loop"))
+    out["infinite_loop"] = nb
+
+    nb = base(("q1", "q2"))
+    nb.cells.insert(index(nb, "q2"), _cell(
+        "import time\nwhile True:  # swallows the interrupt the grader sends\n    try:\n        time.sleep(0.2)\n"
+        "    except KeyboardInterrupt:\n        pass", "adv-unkillable"))
+    out["unkillable_loop"] = nb
+
+    nb = base(("q1", "q2"))
+    nb.cells.insert(index(nb, "q2"), _cell("import sys\nsys.exit(3)", "adv-exit"))
+    out["sys_exit"] = nb
+
+    nb = base(("q1", "q2"))
+    nb.cells.insert(index(nb, "q2"), _cell("import os\nos._exit(1)  # the kernel dies here", "adv-kill"))
+    out["kernel_death"] = nb
+
+    nb = base(("q1", "q2"))
+    nb.cells.insert(index(nb, "q2"), _cell(
+        "import sys\nfor i in range(60_000):\n    sys.stdout.write('flood ' * 30 + '\\n')", "adv-flood"))
+    out["huge_output"] = nb
+
+    nb = base(("q1",))
+    for cid in ("q2", "q1-check", "q3-check"):
+        del nb.cells[index(nb, cid)]
+    out["deleted_cells"] = nb
+
+    nb = base(("q1", "q2"))
+    q1 = [nb.cells[index(nb, c)] for c in ("q1", "q1-check")]
+    for c in q1:
+        nb.cells.remove(c)
+    at = index(nb, "q2-check") + 1
+    nb.cells[at:at] = q1
+    out["reordered_cells"] = nb
+
+    nb = base(())
+    forged = _cell('print("q1: plausible")\nprint("q2: 2N/N time ratio 2.10")\nprint("all checks passed: 5/5")',
+                   "adv-forge")
+    forged.outputs = [new_output("stream", name="stdout", text="all checks passed: 5/5\n")]
+    forged.execution_count = 1
+    nb.cells.append(forged)
+    for c in nb.cells:  # stored outputs claiming success are ignored too
+        if c.get("metadata", {}).get("labkit", {}).get("kind") == "check":
+            c.outputs = [new_output("stream", name="stdout", text="q: passed\n")]
+    out["forged_output"] = nb
+
+    nb = base(())
+    nb.cells.insert(index(nb, "q1"), _cell(
+        "# monkey-patch labkit inside the kernel: checks never fail, evidence is typed in\n"
+        "import json\n"
+        "grading.expect = lambda *a, **k: None\n"
+        "grading.EvidenceBook.submit = lambda self, q, **kw: None\n"
+        "labkit.launch = lambda *a, **k: None\n"
+        "d = book.dir\n"
+        "d.mkdir(parents=True, exist_ok=True)\n"
+        "for q, a in (('q1', 1.0), ('q2', 2.0), ('q3', 20000.0)):\n"
+        "    (d / f'{q}.json').write_text(json.dumps({'lab': 'mini_lab', 'question': q, 'answer': a, 'files': [],\n"
+        "        'values': {'seed': SEED, 'n': N, 'world_size': 2, 'ranks': [0, 1], 'exit_codes': [0, 0]}}))\n"
+        "answer_q1, answer_q2, answer_q3 = 1.0, 2.0, 20000.0", "adv-patch"))
+    out["monkeypatched_labkit"] = nb
+
+    nb = base(("q1", "q3"))
+    nb.cells.insert(index(nb, "q3"), _cell(
+        "%%writefile hang_rank.py\n"
+        "import time\n\n\n"
+        "def main():\n"
+        "    import torch\n"
+        "    import torch.distributed as dist\n"
+        "    if dist.get_rank() == 1:\n"
+        "        while True:  # this rank never reaches the collective\n"
+        "            time.sleep(1)\n"
+        "    dist.all_reduce(torch.ones(1))", "adv-hang-src"))
+    nb.cells.insert(index(nb, "q3"), _cell(
+        "import importlib\nimportlib.invalidate_caches()\n"
+        "labkit.launch('hang_rank:main', 2, timeout_s=10_000, stream=False)", "adv-hang"))
+    out["hung_rank"] = nb
+    return out
+
+
+def real_lab_corpus() -> dict:
+    """One submission of a real lab: lab01 with its throughput inflated by 1.5x before saving."""
+    import nbformat as nbf
+
+    from labkit.grading import load_lab
+
+    nb = copy.deepcopy(load_lab("lab01_baseline").notebook())
+    nb.metadata.pop("papermill", None)
+    for cell in nb.cells:  # as a learner would hand it in before running: no stored outputs
+        cell.metadata.pop("execution", None)
+        cell.metadata.pop("papermill", None)
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    c = nb.cells[index(nb, "q1")]
+    assert "record.save(baseline_path)" in c.source
+    c.source = c.source.replace("record.save(baseline_path)",
+                                "record.tokens_per_s *= 1.5  # a better number, typed in\n"
+                                "record.mfu *= 1.5\nrecord.save(baseline_path)")
+    nbf.validate(nb)
+    return {"lab01_inflated": nb}
+
+
+def main() -> int:
+    for name, nb in {**corpus(), **real_lab_corpus()}.items():
+        nbformat.validate(nb)
+        (HERE / f"{name}.ipynb").write_text(nbformat.writes(nb) + "\n")
+    (HERE / "unreadable.ipynb").write_text('{"cells": [ this is not json\n')
+    print(f"wrote {len(corpus()) + 2} submissions to {HERE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
