@@ -3,12 +3,14 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= 2
+# serve from the repository root so the index's links to ../labs work; root in a container needs --allow-root
+LAB_FLAGS := --ServerApp.root_dir=. $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: course test unit notebooks lint bench refresh clean
 
 course:
 	./scripts/bootstrap.sh lab
-	$(VENV)/bin/jupyter lab chapters/index.ipynb
+	$(VENV)/bin/jupyter lab $(LAB_FLAGS) chapters/index.ipynb
 
 test:
 	./scripts/bootstrap.sh dev

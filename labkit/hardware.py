@@ -353,7 +353,8 @@ def measure_matmul_peak(device="cpu", dtype="fp32", *, sizes=None, max_seconds: 
     Each shape (m, n, k) does ``2·m·n·k`` FLOPs; after warm-up it is timed ``repeats`` times (CUDA
     events on GPU) and its median kept; the best shape wins (the "maximum achievable matmul FLOPS"
     idea of Stas Bekman's MAMF finder, https://github.com/stas00/ml-engineering, compute/accelerator).
-    The sweep stops after ``max_seconds`` (at least one shape is always measured). ``tf32`` enables
+    The sweep stops after ``max_seconds``, and never starts a shape that the best rate so far
+    predicts would overrun it (at least one shape is always measured). ``tf32`` enables
     TF32 matmuls for the measurement and restores the setting afterwards.
 
     Taught in chapter 6 (roofline).
@@ -380,6 +381,10 @@ def measure_matmul_peak(device="cpu", dtype="fp32", *, sizes=None, max_seconds: 
         if dev.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = key == "tf32"
         for m, n, k in shapes:
+            if table:  # don't start a shape that the best rate so far says cannot fit the time box
+                predicted = 2.0 * m * n * k / max(r for _, r in table) * (repeats + 2)
+                if time.perf_counter() - t_start + predicted > max_seconds:
+                    break
             a = torch.randn(m, k, device=dev).to(tdtype)
             b = torch.randn(k, n, device=dev).to(tdtype)
             times = time_fn(lambda a=a, b=b: torch.matmul(a, b), dev, warmup=2, repeats=repeats)

@@ -147,8 +147,10 @@ class RunRecord:
         """One line a human can read in a log."""
         parts = [self.label]
         if self.step_time:
-            parts.append(f"step {self.step_time.median * 1e3:.1f} ms (p10 {self.step_time.p10 * 1e3:.1f}, "
-                         f"p90 {self.step_time.p90 * 1e3:.1f}, n={self.step_time.n})")
+            # tokens/s is total tokens / total time, so it matches the *mean* step, not the median
+            mean = f", mean {self.step_time.mean * 1e3:.1f}" if self.step_time.mean is not None else ""
+            parts.append(f"step median {self.step_time.median * 1e3:.1f} ms (p10 {self.step_time.p10 * 1e3:.1f}, "
+                         f"p90 {self.step_time.p90 * 1e3:.1f}{mean}, n={self.step_time.n})")
         if self.tokens_per_s is not None:
             parts.append(f"{self.tokens_per_s:,.0f} tok/s ({self.tokens_per_s_per_device:,.0f}/device)")
         if self.mfu is not None:
@@ -160,7 +162,9 @@ class RunRecord:
         if self.data_wait_share is not None:
             parts.append(f"data wait {self.data_wait_share:.1%}")
         if self.peak_memory_bytes is not None:
-            parts.append(f"peak mem {self.peak_memory_bytes / 2**20:,.1f} MiB")
+            what = "peak RSS (process lifetime)" if "rss" in str(self.extra.get("peak_memory_kind", "")).lower() \
+                else "peak mem"
+            parts.append(f"{what} {self.peak_memory_bytes / 2**20:,.1f} MiB")
         return " | ".join(parts)
 
 

@@ -130,9 +130,11 @@ def test_resolve_peak_order_user_catalogue_measured():
 def test_measure_matmul_peak_cpu_is_real_and_time_boxed():
     m = hw.measure_matmul_peak("cpu", "fp32", sizes=[(64, 64, 64), (128, 128, 128), (4096, 4096, 4096)],
                                max_seconds=0.01, repeats=3)
-    assert len(m.table) == 1                      # the time box stopped the sweep after one shape
-    assert m.flops > 1e5 and m.shape == (64, 64, 64)   # loose: CI cores are shared
-    assert "matmul 64x64@64x64 fp32 on cpu" == m.describe()
+    # the time box never starts the 4096^3 shape (~137 GFLOP, seconds on a CPU)
+    assert [s for s, _ in m.table][:1] == [(64, 64, 64)] and (4096, 4096, 4096) not in dict(m.table)
+    assert m.seconds < 2.0
+    assert m.flops > 1e5   # loose: CI cores are shared
+    assert m.describe().startswith("matmul ") and m.describe().endswith(" fp32 on cpu")
 
 
 def test_measure_bad_inputs():
