@@ -192,7 +192,7 @@ def synthetic_nccl_debug(fab: Fabric | str = "pcie-2node-25gbe", *, seed: int = 
     return "\n".join(lines) + "\n"
 
 
-_LEGEND = """Legend:
+TOPO_LEGEND = """Legend:
 
   X    = Self
   SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
@@ -241,6 +241,6 @@ def synthetic_topology(n_gpus: int = 8, *, nvlinks: int = 18, n_nics: int = 8, s
             lo, hi = s * cores_per_socket, (s + 1) * cores_per_socket - 1
             row += [f"{lo}-{hi},{lo + total}-{hi + total}", str(s), "N/A"]
         lines.append("\t".join(row))
-    lines += ["", _LEGEND, "NIC Legend:", ""]
+    lines += ["", TOPO_LEGEND, "NIC Legend:", ""]
     lines += [f"  NIC{i}: mlx5_{i}" for i in range(n_nics)]
     return "\n".join(lines) + "\n"

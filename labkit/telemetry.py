@@ -41,6 +41,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from labkit.comm_synth import TOPO_LEGEND
+
 __all__ = [
     "DCGM_FIELDS", "DcgmField", "TelemetryTable", "parse_query_gpu", "parse_smi_dmon", "parse_dcgmi_dmon",
     "sample", "QUERY_FIELDS", "SCENARIOS", "synthesize_telemetry", "tensor_flops_estimate",
@@ -452,17 +454,8 @@ def affinity_plan(topology) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-_LEGEND = """
-Legend:
-
-  X    = Self
-  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
-  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
-  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
-  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
-  PIX  = Connection traversing at most a single PCIe bridge
-  NV#  = Connection traversing a bonded set of # NVLinks
-"""
+# nvidia-smi's legend, shared with labkit.comm_synth (one copy of the text)
+_LEGEND = "\n" + TOPO_LEGEND
 
 
 def synthesize_topology(system: str = "dgx-h100") -> str:

@@ -62,13 +62,22 @@ def intersect_total(a: Intervals, b: Intervals) -> float:
     """
     if a[0].size == 0 or b[0].size == 0:
         return 0.0
+    s, e = _where(a, b, 3)
+    return float(np.sum(e - s))
+
+
+def _where(a: Intervals, b: Intervals, level: int) -> Intervals:
+    """Spans where the sweep count (a counts 1, b counts 2) equals ``level``: 3 = a∩b, 1 = a∖b."""
     times = np.concatenate([a[0], a[1], b[0], b[1]])
     delta = np.concatenate([np.full(a[0].size, 1), np.full(a[0].size, -1),
                             np.full(b[0].size, 2), np.full(b[0].size, -2)])
     order = np.lexsort((delta, times))          # at equal times, ends (-) before starts (+)
     t = times[order]
     running = np.cumsum(delta[order])
-    return float(np.sum(np.diff(t)[running[:-1] == 3]))
+    inside = np.flatnonzero(running[:-1] == level)
+    s, e = t[inside], t[inside + 1]
+    keep = e > s
+    return s[keep], e[keep]
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
@@ -78,16 +87,7 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     """
     if a[0].size == 0 or b[0].size == 0:
         return EMPTY
-    times = np.concatenate([a[0], a[1], b[0], b[1]])
-    delta = np.concatenate([np.full(a[0].size, 1), np.full(a[0].size, -1),
-                            np.full(b[0].size, 2), np.full(b[0].size, -2)])
-    order = np.lexsort((delta, times))
-    t = times[order]
-    running = np.cumsum(delta[order])
-    inside = np.flatnonzero(running[:-1] == 3)
-    s, e = t[inside], t[inside + 1]
-    keep = e > s
-    return s[keep], e[keep]
+    return _where(a, b, 3)
 
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:
@@ -97,13 +97,4 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
     """
     if a[0].size == 0 or b[0].size == 0:
         return a
-    times = np.concatenate([a[0], a[1], b[0], b[1]])
-    delta = np.concatenate([np.full(a[0].size, 1), np.full(a[0].size, -1),
-                            np.full(b[0].size, 2), np.full(b[0].size, -2)])
-    order = np.lexsort((delta, times))
-    t = times[order]
-    running = np.cumsum(delta[order])
-    inside = np.flatnonzero(running[:-1] == 1)
-    s, e = t[inside], t[inside + 1]
-    keep = e > s
-    return s[keep], e[keep]
+    return _where(a, b, 1)
