@@ -23,7 +23,9 @@ elsewhere). Rendezvous: the launcher hosts a ``TCPStore`` on 127.0.0.1 with port
 a free port — no race between choosing and binding) and the ranks join it as clients exactly as under
 ``torchrun`` (``TORCHELASTIC_USE_AGENT_STORE``), so the same target also runs under plain torchrun::
 
-    torchrun --nproc_per_node=4 -m labkit run --parallel ddp      # the CLI form of labkit.train.run
+    torchrun --standalone --nproc_per_node=4 -m labkit run --parallel ddp   # CLI form of labkit.train.run
+
+(``--standalone`` picks a free rendezvous port; ``--master_port=0`` is handed to the workers as port 0.)
 
 Environment per rank, as torchrun sets it: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1``, ``MASTER_PORT``; plus ``OMP_NUM_THREADS = cores //
@@ -65,7 +67,9 @@ KEEP_LOG_RUNS = 20       # default log folders kept under work_dir("launch")
 # ----------------------------------------------------------------------------- results / errors
 @dataclass
 class RankResult:
-    """What one rank left behind: return value, exit code, wall time and peak RSS (``wait4``)."""
+    """What one rank left behind: return value, exit code, wall time and peak RSS (``wait4``).
+
+    Taught in chapter 5 (scaling: running N ranks)."""
 
     rank: int
     exit_code: int | None
@@ -76,7 +80,9 @@ class RankResult:
 
 @dataclass
 class LaunchResult:
-    """All ranks' results. ``.value`` is rank 0's return value, ``.values`` every rank's."""
+    """All ranks' results. ``.value`` is rank 0's return value, ``.values`` every rank's.
+
+    Taught in chapter 5 (scaling: running N ranks)."""
 
     ranks: list[RankResult]
     log_dir: Path | None
@@ -113,7 +119,9 @@ class LaunchError(RuntimeError):
 
     ``.rank`` is the failing (or, for a hang, the suspected) rank, ``.traceback`` its traceback text
     (or stack dump), ``.exit_code`` its exit code (negative: killed by that signal), ``.log_dir`` where
-    the per-rank logs are.
+    the per-rank logs are, ``.timed_out`` whether the timeout fired.
+
+    Taught in chapter 5 (scaling: running N ranks) and chapter 19 (a failing DDP rank).
     """
 
     def __init__(self, message: str, *, rank: int | None = None, traceback: str = "",
@@ -182,7 +190,9 @@ def _choose_backend(backend: str, nprocs: int) -> str:
 
 
 def cores_available() -> int:
-    """CPU cores this process may use (affinity mask where the OS has one)."""
+    """CPU cores this process may use (affinity mask where the OS has one).
+
+    Taught in chapter 5 (ranks share the cores: OMP_NUM_THREADS = cores // nprocs)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -258,9 +268,11 @@ class _Rank:
         # one thread per pipe: a full pipe never blocks the rank; whole lines only
         for raw in iter(self.proc.stdout.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
-            if self._log:
-                self._log.write(line + "\n")
-                self._log.flush()
+            log = self._log
+            if log is not None:
+                with contextlib.suppress(ValueError):     # closed by close() after a join timeout
+                    log.write(line + "\n")
+                    log.flush()
             self.tail.append(line)
             if len(self.tail) > 200:
                 del self.tail[:100]
@@ -309,7 +321,8 @@ class _Rank:
 
 
 class _Job:
-    def __init__(self):
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
         self.ranks: list[_Rank] = []
         self.out: queue.Queue = queue.Queue()
 
@@ -367,9 +380,10 @@ def launch(target: Callable | str | os.PathLike, nprocs: int, *, backend: str = 
     if spec[0] == "script" and kwargs:
         raise ValueError("kwargs cannot be passed to a script target; pass command-line args=(...)")
 
-    run_dir = Path(tempfile.mkdtemp(prefix="labkit-launch-"))
+    _sweep_stale_run_dirs()
+    run_dir = Path(tempfile.mkdtemp(prefix=f"labkit-launch-{os.getpid()}-"))
     logs = _make_log_dir(log_dir)
-    job = _Job()
+    job = _Job(run_dir)
     store = None
     t_start = time.monotonic()
     sigint_old = None
@@ -413,6 +427,23 @@ def launch(target: Callable | str | os.PathLike, nprocs: int, *, backend: str = 
                 signal.signal(signal.SIGINT, sigint_old)
 
 
+def _sweep_stale_run_dirs() -> None:
+    """Remove run folders of launchers that died without cleaning up (SIGKILL: no finally, no atexit)."""
+    for d in Path(tempfile.gettempdir()).glob("labkit-launch-*-*"):
+        try:
+            pid = int(d.name.split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
 def _make_log_dir(log_dir) -> Path | None:
     if log_dir is False:
         return None
@@ -425,7 +456,9 @@ def _make_log_dir(log_dir) -> Path | None:
     base = work_dir("launch")
     old = sorted((d for d in base.iterdir() if d.is_dir()), key=lambda d: d.name)
     for d in old[:-KEEP_LOG_RUNS + 1] if len(old) >= KEEP_LOG_RUNS else []:
-        shutil.rmtree(d, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            if time.time() - d.stat().st_mtime > 600:     # never a folder a running launch may still use
+                shutil.rmtree(d, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=base))
 
 
@@ -469,7 +502,7 @@ _PEER_ERROR = re.compile(r"Connection closed by peer|Connection reset|DistBacken
 
 def _root_cause(failed: list[_Rank], job: _Job) -> _Rank:
     """Among ranks found dead in the same poll, prefer one that did not fail *because* a peer died."""
-    run_dir = Path(job.ranks[0].proc.args[3])
+    run_dir = job.run_dir
 
     def secondary(r: _Rank) -> bool:
         err = run_dir / f"rank{r.rank}.error"
@@ -520,11 +553,15 @@ def _make_error(job, run_dir, logs, failure, timeout_s, stream, rank0_only) -> L
     for r in live:
         with contextlib.suppress(ProcessLookupError):
             os.kill(r.pid, signal.SIGUSR1)
-    time.sleep(0.5)
-    stacks = {}
-    for r in live:
-        p = run_dir / f"rank{r.rank}.stack"
-        stacks[r.rank] = p.read_text(errors="replace") if p.exists() else ""
+    stacks: dict[int, str] = {}
+    wait_until = time.monotonic() + 3.0      # a loaded machine may take a moment to run the handlers
+    while True:
+        for r in live:
+            p = run_dir / f"rank{r.rank}.stack"
+            stacks[r.rank] = p.read_text(errors="replace") if p.exists() else ""
+        if all(_top_frame(t) for t in stacks.values()) or time.monotonic() > wait_until:
+            break
+        time.sleep(0.05)
     suspect, waiting = None, []
     for rank, text in stacks.items():
         top = _top_frame(text)
@@ -623,6 +660,25 @@ def init_distributed(backend: str | None = None, timeout_s: float | None = None)
     return device
 
 
+def whoami() -> dict:
+    """This rank's identity: rank, world size, backend, pid, host, threads (the "hello world" of ch05).
+
+    ``labkit.launch("labkit.launcher:whoami", 4).values`` shows four ranks and how the launcher set
+    them up. Taught in chapter 5 (scaling: running N ranks).
+    """
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    init = dist.is_available() and dist.is_initialized()
+    return {"rank": dist.get_rank() if init else 0, "world_size": dist.get_world_size() if init else 1,
+            "backend": dist.get_backend() if init else None, "pid": os.getpid(),
+            "host": socket.gethostname(), "torch_threads": torch.get_num_threads(),
+            "env": {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                   "MASTER_PORT", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME")}}
+
+
 def shutdown_distributed() -> None:
     """``barrier()`` then ``destroy_process_group()`` (without the barrier one FSDP2 teardown in four
     aborted on gloo — PLATFORM_NOTES). Taught in chapter 19 (DDP)."""
@@ -648,7 +704,11 @@ def _worker_main(argv: list[str]) -> int:
     ok = False
     try:
         with open(run_dir / "spec.pkl", "rb") as f:
-            spec = pickle.load(f)
+            try:
+                spec = pickle.load(f)
+            except (AttributeError, ModuleNotFoundError) as e:
+                raise TypeError("the launch's args/kwargs hold an object whose class this rank cannot import "
+                                "(defined in a notebook or __main__?); move the class into a .py module") from e
         target, args, kwargs = spec["target"], spec["args"], spec["kwargs"]
         if target[0] == "script":
             sys.argv = [target[1], *map(str, args)]
@@ -739,6 +799,6 @@ class _CellTarget:
 
 
 if __name__ == "__main__":
-    from labkit import launcher as _self   # run the worker from the importable module, not __main__
+    from labkit import launcher as _self  # run the worker from the importable module, not __main__
 
     _self._worker_main(sys.argv[1:])

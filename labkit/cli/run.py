@@ -1,0 +1,91 @@
+"""``labkit run``: train the default workload on this machine and print its run record.
+
+Default: the tiny GPT on the shipped corpus, on every local device — one rank per GPU with NCCL, or
+2 gloo ranks on a CPU with ≥ 2 cores (DDP), else a single process. Under ``torchrun`` the command runs
+as one rank of the job (``torchrun --standalone --nproc_per_node=4 -m labkit run --parallel ddp``), without
+launching ranks itself.
+
+Taught in chapter 4 (MFU of a real run) and chapter 14 (the baseline record).
+"""
+from __future__ import annotations
+
+import os
+
+
+def register(subparsers) -> None:
+    from labkit.models import SIZES
+    from labkit.train import DTYPES, PARALLEL
+
+    p = subparsers.add_parser(
+        "run", help="train the reference workload and print its run record",
+        description="Train a GPT on the shipped corpus with labkit.train and print the record "
+                    "(tokens/s, MFU, phases, peak memory). Works under torchrun too.")
+    p.add_argument("--model", default="tiny", choices=sorted(SIZES), help="model size (default tiny)")
+    p.add_argument("--parallel", default=None, choices=PARALLEL,
+                   help="default: ddp when more than one rank, else single")
+    p.add_argument("-n", "--nprocs", type=int, default=None,
+                   help="ranks (default: number of GPUs, else 2 on a CPU with ≥ 2 cores, else 1)")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup-steps", type=int, default=3)
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--accum", type=int, default=1)
+    p.add_argument("--seq-len", type=int, default=None)
+    p.add_argument("--dtype", default="fp32", choices=DTYPES)
+    p.add_argument("--checkpoint", action="store_true", help="activation checkpointing per block")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--attention", default="sdpa", choices=("sdpa", "naive"))
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--profile-dir", default=None, help="write torch.profiler chrome traces here")
+    p.add_argument("--peak-flops", type=float, default=None, help="per-device peak FLOP/s (default: resolved)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=600, help="seconds before the ranks are stopped")
+    p.add_argument("--json", action="store_true", help="print the record as JSON")
+    p.add_argument("--save", default=None, help="also save the record (JSON) to this path")
+    p.set_defaults(func=handle)
+
+
+def default_nprocs() -> int:
+    import torch
+
+    from labkit.launcher import cores_available
+
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        return torch.cuda.device_count()
+    return 2 if cores_available() >= 2 else 1
+
+
+def handle(args) -> int:
+    from labkit.train import TrainConfig, run, train
+
+    under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ or (
+        "WORLD_SIZE" in os.environ and "LABKIT_RUN_DIR" not in os.environ and "RANK" in os.environ)
+    world = int(os.environ["WORLD_SIZE"]) if under_torchrun else None
+    nprocs = world or args.nprocs or default_nprocs()
+    if nprocs < 1:
+        raise ValueError(f"--nprocs {nprocs} is not valid; use ≥ 1")
+    parallel = args.parallel or ("ddp" if nprocs > 1 else "single")
+    cfg = TrainConfig(model=args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, accum=args.accum,
+                      steps=args.steps, warmup_steps=args.warmup_steps, dtype=args.dtype, parallel=parallel,
+                      checkpoint=args.checkpoint, compile=args.compile, attention=args.attention,
+                      num_workers=args.num_workers, profile_dir=args.profile_dir, peak_flops=args.peak_flops,
+                      seed=args.seed, label=f"labkit run {args.model} {parallel}×{nprocs}")
+    if under_torchrun:
+        record = train(cfg)
+        from labkit.launcher import shutdown_distributed
+
+        shutdown_distributed()
+        if int(os.environ.get("RANK", "0")) != 0:
+            return 0
+    else:
+        record = run(cfg, nprocs, timeout_s=args.timeout)
+    if args.save:
+        record.save(args.save)
+    if args.json:
+        print(record.to_json())
+        return 0
+    print(record.summary())
+    phases = ", ".join(f"{k} {v.median * 1e3:.1f} ms" for k, v in record.phases.items())
+    print(f"phases (median per step): {phases}")
+    print(f"loss {record.loss[0]:.3f} → {record.loss[-1]:.3f} over {len(record.loss)} steps; "
+          f"peak source: {record.peak_source}; memory: {record.extra.get('peak_memory_kind')}")
+    return 0

@@ -1,0 +1,211 @@
+"""A decoder-only GPT (nanoGPT-like) in plain single-device PyTorch.
+
+The model knows nothing about parallelism: DDP, FSDP2 and activation checkpointing are applied from
+outside by :mod:`labkit.train`, exactly as a learner would to their own model. Architecture: GPT-2
+(Radford et al. 2019) — learned positions, pre-LayerNorm blocks, causal self-attention, GELU MLP of width
+``d_ff`` (4·d by default), tied input/output embeddings — as in Karpathy's nanoGPT (github.com/karpathy/nanoGPT,
+model.py). Biases are kept (GPT-2); :meth:`GPTConfig.shape` gives the matching
+:class:`labkit.flops.ModelShape`, so FLOPs and MFU are computed from the same numbers the model uses.
+
+Attention comes in two flavours for chapter 16: ``"naive"`` (explicit QKᵀ, mask, softmax, ·V — the
+T×T score matrix is materialised) and ``"sdpa"`` (``F.scaled_dot_product_attention``, fused kernels).
+
+Taught in chapter 3 (the model whose FLOPs we count) and chapter 16 (attention kernels, recomputation).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint as _checkpoint
+
+ATTENTIONS = ("sdpa", "naive")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Size and options of :class:`GPT`. Taught in chapter 3 (model shape → FLOPs)."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    vocab_size: int
+    seq_len: int
+    d_ff: int | None = None          # MLP width; None → 4·d_model
+    attention: str = "sdpa"          # "sdpa" | "naive"
+    checkpoint: bool = False         # activation checkpointing of every block (recompute in backward)
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        for name in ("n_layers", "d_model", "n_heads", "vocab_size", "seq_len"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"GPTConfig.{name}={v!r} is not valid; use an int ≥ 1")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"GPTConfig: d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if self.d_ff is not None and (not isinstance(self.d_ff, int) or self.d_ff < 1):
+            raise ValueError(f"GPTConfig.d_ff={self.d_ff!r} is not valid; use None or an int ≥ 1")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"GPTConfig.attention={self.attention!r} is not valid; choose one of {ATTENTIONS}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"GPTConfig.dropout={self.dropout!r} is not valid; use 0 ≤ dropout < 1")
+
+    @property
+    def ff(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+    def shape(self):
+        """The :class:`labkit.flops.ModelShape` of this model (GELU MLP, biases, learned positions, tied
+        embeddings): ``labkit.flops.n_params(cfg.shape()) == GPT(cfg).n_params()`` exactly."""
+        from labkit.flops import ModelShape
+
+        return ModelShape(n_layers=self.n_layers, d_model=self.d_model, n_heads=self.n_heads,
+                          vocab_size=self.vocab_size, seq_len=self.seq_len, d_ff=self.ff,
+                          ffn="gelu", tied_embeddings=True, bias=True, norm="layernorm", pos_emb="learned")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# Named sizes. vocab 4096 matches the shipped corpus tokenizer (labkit.data). "1b" ≈ 1.0e9 parameters:
+# 12·L·d² in the blocks (Kaplan et al. 2020, Table 1) = 12·26·1792² = 1.002e9, plus 9 M embeddings.
+# "bench" is the size where matmuls dominate on a CPU (benchmarks/bench_trainer.py).
+SIZES: dict[str, GPTConfig] = {
+    "tiny": GPTConfig(n_layers=2, d_model=128, n_heads=4, vocab_size=4096, seq_len=64),
+    "small": GPTConfig(n_layers=4, d_model=256, n_heads=4, vocab_size=4096, seq_len=128),
+    "bench": GPTConfig(n_layers=4, d_model=768, n_heads=12, vocab_size=4096, seq_len=256),
+    "medium": GPTConfig(n_layers=12, d_model=768, n_heads=12, vocab_size=4096, seq_len=512),
+    "1b": GPTConfig(n_layers=26, d_model=1792, n_heads=14, vocab_size=4096, seq_len=1024),
+}
+
+
+def gpt_config(name: str = "tiny", **overrides) -> GPTConfig:
+    """A named size (``SIZES``) with fields overridden, e.g. ``gpt_config("tiny", attention="naive")``.
+
+    Taught in chapter 3 (model shape → FLOPs).
+    """
+    if isinstance(name, GPTConfig):
+        base = name
+    elif name in SIZES:
+        base = SIZES[name]
+    else:
+        raise ValueError(f"model size {name!r} is not known; choose one of {sorted(SIZES)}")
+    names = set(GPTConfig.__dataclass_fields__)
+    bad = sorted(set(overrides) - names)
+    if bad:
+        raise ValueError(f"gpt_config: unknown field(s) {bad}; valid fields: {sorted(names)}")
+    return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.attention = cfg.attention
+        self.dropout = cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        if self.attention == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                               dropout_p=self.dropout if self.training else 0.0)
+        else:
+            # Vaswani et al. 2017, eq. 1: softmax(QKᵀ/√d_k)·V, with the causal mask applied to the scores
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = self.drop(att) @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.drop(self.proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, cfg.ff)
+        self.proj = nn.Linear(cfg.ff, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block; with ``checkpoint`` its activations are recomputed in backward."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg)
+        self.checkpoint = cfg.checkpoint
+
+    def _forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+    def forward(self, x):
+        if self.checkpoint and torch.is_grad_enabled():
+            # non-reentrant checkpointing (the recommended mode; works with FSDP2 and torch.compile)
+            return _checkpoint(self._forward, x, use_reentrant=False)
+        return self._forward(x)
+
+
+class GPT(nn.Module):
+    """Decoder-only GPT. ``forward(idx, targets=None) -> (logits, loss)``.
+
+    Taught in chapter 3 (FLOPs of a real model) and chapter 16 (attention variants, recomputation).
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise TypeError(f"GPT needs a GPTConfig, got {type(config).__name__}")
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.pos_emb = nn.Embedding(config.seq_len, config.d_model)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.head.weight = self.tok_emb.weight   # tied embeddings (GPT-2)
+        self.apply(self._init)
+        for name, p in self.named_parameters():  # GPT-2 scaled init of residual projections
+            if name.endswith("proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layers))
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+
+    def n_params(self) -> int:
+        """Parameters counted once (the tied embedding once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        B, T = idx.shape
+        if T > self.config.seq_len:
+            raise ValueError(f"sequence length {T} exceeds the model's seq_len={self.config.seq_len}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
