@@ -423,6 +423,8 @@ def measure_memory_bandwidth(device="cpu", *, nbytes: int | None = None, repeats
 @functools.lru_cache(maxsize=16)
 def _measured_peak_cached(device: str, dtype: str) -> PeakMeasurement:
     # cached per process: a CPU learner re-resolving the peak in every cell pays once
+    if (device, dtype) in _BEST_OVERRIDE:
+        return _BEST_OVERRIDE[(device, dtype)]
     return measure_matmul_peak(device, dtype, max_seconds=1.0)
 
 
@@ -463,3 +465,25 @@ def resolve_peak(device="auto", dtype="bf16", peak_flops: float | None = None) -
             return spec.peak(key), f"catalogue:{spec.name}"
     m = _measured_peak_cached(str(dev), key)
     return m.flops, f"measured:{m.describe()}"
+
+
+def remeasure_peak(device="auto", dtype="bf16", *, max_seconds: float = 2.0) -> PeakMeasurement:
+    """Measure the matmul peak again and keep the better of this and the cached measurement.
+
+    A live peak taken while other work loads the machine comes out low, and a run measured later
+    can then show MFU > 100%. The trainer calls this once in that case; the best measurement is
+    what the hardware can do, so it replaces the cached one for the rest of the process.
+
+    Taught in chapter 4 (MFU and HFU).
+    """
+    dev = resolve_device(device)
+    key = normalize_dtype(dtype)
+    old = _measured_peak_cached(str(dev), key)
+    new = measure_matmul_peak(dev, key, max_seconds=max_seconds)
+    best = new if new.flops > old.flops else old
+    _measured_peak_cached.cache_clear()
+    _BEST_OVERRIDE[(str(dev), key)] = best
+    return best
+
+
+_BEST_OVERRIDE: dict[tuple[str, str], PeakMeasurement] = {}
