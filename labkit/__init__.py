@@ -16,11 +16,10 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {
-    "accum", "comm", "course", "data", "diagnose", "flops", "grading", "hardware", "launcher",
-    "memory", "meter", "mfu", "models", "notebooks", "paths", "record", "regress", "trace",
-    "train", "tune", "viz", "widgets", "cost", "perfmodel", "precision", "telemetry", "nsys",
-}
+import pkgutil
+
+# every module of the package, imported on first use (`labkit.flops`, `labkit.trace`, ...)
+_SUBMODULES = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
 # public callables re-exported at the top level: name -> "module:attribute"
 _EXPORTS = {
     "launch": "launcher:launch",
