@@ -17,7 +17,6 @@ Taught in chapter 3 (FLOPs) and chapter 4 (MFU and HFU); the ``measure_*`` funct
 """
 from __future__ import annotations
 
-import functools
 import re
 import statistics
 import time
@@ -420,12 +419,15 @@ def measure_memory_bandwidth(device="cpu", *, nbytes: int | None = None, repeats
     return 2.0 * n * 4 / statistics.median(times)
 
 
-@functools.lru_cache(maxsize=16)
+# the best live measurement per (device, dtype) in this process: a CPU learner re-resolving the peak
+# in every cell pays once; remeasure_peak() may raise it
+_MEASURED: dict[tuple[str, str], PeakMeasurement] = {}
+
+
 def _measured_peak_cached(device: str, dtype: str) -> PeakMeasurement:
-    # cached per process: a CPU learner re-resolving the peak in every cell pays once
-    if (device, dtype) in _BEST_OVERRIDE:
-        return _BEST_OVERRIDE[(device, dtype)]
-    return measure_matmul_peak(device, dtype, max_seconds=1.0)
+    if (device, dtype) not in _MEASURED:
+        _MEASURED[(device, dtype)] = measure_matmul_peak(device, dtype, max_seconds=1.0)
+    return _MEASURED[(device, dtype)]
 
 
 def resolve_peak(device="auto", dtype="bf16", peak_flops: float | None = None) -> tuple[float, str]:
@@ -481,9 +483,5 @@ def remeasure_peak(device="auto", dtype="bf16", *, max_seconds: float = 2.0) -> 
     old = _measured_peak_cached(str(dev), key)
     new = measure_matmul_peak(dev, key, max_seconds=max_seconds)
     best = new if new.flops > old.flops else old
-    _measured_peak_cached.cache_clear()
-    _BEST_OVERRIDE[(str(dev), key)] = best
+    _MEASURED[(str(dev), key)] = best
     return best
-
-
-_BEST_OVERRIDE: dict[tuple[str, str], PeakMeasurement] = {}

@@ -5,15 +5,37 @@ import json
 
 import pytest
 
-from labkit.cli import main
+from labkit.cli import build_parser, main
 
 
-@pytest.mark.parametrize("cmd", ["doctor", "mfu"])
-def test_help(cmd, capsys):
+def _commands(parser, prefix=()):
+    """Every command path of the CLI (``("comm",)``, ``("comm", "bench")``, ...), read off the parser."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*prefix, name)
+                yield from _commands(sub, (*prefix, name))
+
+
+COMMANDS = list(_commands(build_parser()))
+
+
+def test_every_module_of_the_cli_package_adds_a_command():
+    assert {"doctor", "mfu", "run", "launch", "comm", "memory", "tune", "trace", "diagnose", "regress",
+            "grade", "release"} <= {c[0] for c in COMMANDS}
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=" ".join)
+def test_help_of_every_command(cmd, capsys):
+    """Every command and subcommand starts and prints its help on CPU (ml-engineering's lesson: a
+    program nobody starts in CI breaks unnoticed)."""
     with pytest.raises(SystemExit) as e:
-        main([cmd, "--help"])
+        main([*cmd, "--help"])
     assert e.value.code == 0
-    assert cmd in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.startswith("usage: labkit " + " ".join(cmd))
 
 
 def test_doctor_quick_json_on_cpu(capsys):

@@ -10,14 +10,6 @@ from labkit.cli.comm import parse_size
 from labkit.paths import dataset
 
 
-@pytest.mark.parametrize("argv", [["comm", "--help"], ["comm", "bench", "--help"], ["comm", "parse", "--help"],
-                                  ["comm", "model", "--help"]])
-def test_help(argv):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code == 0
-
-
 def test_parse_each_kind(capsys):
     for name, kind in [("nccl_tests_all_reduce_2node_25gbe.SYNTHETIC.txt", "nccl-tests"),
                        ("nccl_debug_2node_25gbe.SYNTHETIC.log", "nccl-debug"),

@@ -184,12 +184,6 @@ def test_cli_diagnose_from_record_and_trace(tmp_path, capsys):
     assert cli_main(["diagnose", "--record", str(tmp_path / "rec.json"), "--inject", "data"]) == 2
 
 
-def test_cli_diagnose_help():
-    with pytest.raises(SystemExit) as e:
-        cli_main(["diagnose", "--help"])
-    assert e.value.code == 0
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_cli_diagnose_runs_injected_workload(tmp_path, capsys):

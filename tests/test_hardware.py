@@ -175,3 +175,18 @@ def test_gpu_peak_is_below_catalogue():
     peak, src = hw.resolve_peak("cuda", "bf16")
     if src.startswith("catalogue"):
         assert 0.3 < m.flops / peak < 1.0
+
+
+def test_remeasure_keeps_the_better_peak(monkeypatch):
+    """A peak measured on a loaded machine comes out low; remeasure_peak raises the cached value."""
+    rates = iter([1e9, 5e9])
+
+    def fake(device, dtype, **kw):
+        return hw.PeakMeasurement(flops=next(rates), shape=(8, 8, 8), dtype=dtype, device=str(device),
+                                  table=[], seconds=0.0)
+
+    monkeypatch.setattr(hw, "measure_matmul_peak", fake)
+    monkeypatch.setattr(hw, "_MEASURED", {})
+    assert hw.resolve_peak("cpu", "fp32")[0] == 1e9
+    assert hw.remeasure_peak("cpu", "fp32").flops == 5e9
+    assert hw.resolve_peak("cpu", "fp32")[0] == 5e9       # later resolutions use the better figure

@@ -152,8 +152,3 @@ def test_cli_regress_save_check(tmp_path, capsys):
     assert json.loads(out[out.index("{"):])["verdict"] == "slower"
 
 
-@pytest.mark.parametrize("args", [["regress", "--help"], ["regress", "save", "--help"], ["regress", "check", "--help"]])
-def test_cli_regress_help(args):
-    with pytest.raises(SystemExit) as e:
-        cli_main(args)
-    assert e.value.code == 0

@@ -230,14 +230,6 @@ def test_cli_trace_analyze_hta_synth(tmp_path, capsys):
     assert cli_main(["trace", "analyze", str(tmp_path / "nope")]) == 2
 
 
-@pytest.mark.parametrize("args", [["trace", "--help"], ["trace", "analyze", "--help"], ["trace", "hta", "--help"],
-                                  ["trace", "synth", "--help"]])
-def test_cli_trace_help(args):
-    with pytest.raises(SystemExit) as e:
-        cli_main(args)
-    assert e.value.code == 0
-
-
 # ---------------------------------------------------------------- shipped datasets
 def test_shipped_synthetic_dataset_matches_its_spec():
     from labkit.paths import dataset
