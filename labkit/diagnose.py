@@ -25,7 +25,12 @@ Thresholds (:class:`Thresholds`) and why:
   twice CUDA's ≈ 5 µs launch latency — NVIDIA, "CUDA C++ Best Practices Guide", §"Kernel launch"):
   the device waits for the host → scheduling (CUDA graphs, torch.compile, fewer larger kernels);
   on CPU traces, time between ops in no op at all above ``host_gap = 0.25``.
-- ``straggler``: a rank last at most collectives is reported as evidence under communication.
+- ``peer_wait = 0.10``: exposed communication is split into *waiting for a late peer* (every rank
+  but the last to arrive at a collective sits in it until the last one comes; :attr:`TraceAnalysis.
+  peer_wait_share`) and *moving bytes*. Only the second is a communication problem (its score is
+  the transfer share); the wait is load imbalance or jitter — a scheduling finding once it passes a
+  tenth of the step, the same bar as a loader wait that should be invisible. A rank that is last
+  more often than chance (``labkit.trace``: binomial test) is named as the straggler.
 
 Severity from the score: high ≥ 0.25, medium ≥ 0.10, low otherwise; a finding below
 ``min_score = 0.05`` is not reported.
@@ -61,6 +66,7 @@ class Thresholds:
     host_wait: float = 0.10
     host_gap: float = 0.25
     tiny_kernel_us: float = 10.0
+    peer_wait: float = 0.10
     min_score: float = 0.05
 
 
@@ -194,8 +200,18 @@ def diagnose(record, trace=None, *, thresholds: Thresholds | None = None) -> Dia
         figs["note"] = "no MFU in the record (no FLOP count or peak); utilisation used instead"
 
     # 2. communication ------------------------------------------------------------------------
+    # the exposed time splits into waiting for a late peer (imbalance: a scheduling finding) and
+    # moving bytes (what overlap, buckets and volume cuts can win)
+    peer = trace.peer_wait_share if trace is not None else 0.0
+    strag = _straggler(trace)
+    if peer:
+        figs["peer_wait_share"] = peer
     if comm is not None and comm > th.comm_exposed:
+        transfer = max(comm - peer, 0.0)
         ev = {"comm_exposed_share": comm}
+        if peer:
+            ev["peer_wait_share"] = peer
+            ev["transfer_share"] = transfer
         if trace is not None:
             ov = [v for v in trace.overlap.values() if v == v]
             if ov:
@@ -205,25 +221,38 @@ def diagnose(record, trace=None, *, thresholds: Thresholds | None = None) -> Dia
                 ev["largest_collective"] = f"{top['type']} x{int(top['count'])}, {top['total_s'] * 1e3:.1f} ms"
                 if top["algbw_GBps"] == top["algbw_GBps"]:
                     ev["algbw_GBps"] = float(top["algbw_GBps"])
+        ev.update(strag)
+        note = ""
+        if strag or peer >= th.min_score:
+            who = (f"rank {strag['straggler_rank']} arrives last at most collectives: " if strag else "") + \
+                f"{peer:.0%} of the step is ranks waiting for a late peer inside the collectives"
+            note = who + ("; see the scheduling finding" if peer > th.peer_wait else "") + \
+                f"; communication fixes win at most the {transfer:.0%} that moves bytes"
         advice = ["overlap communication with backward (DDP buckets fire during backward; FSDP prefetch)",
                   "right-size buckets (bucket_cap_mb): one huge bucket cannot overlap, tiny ones are latency-bound",
                   "cut volume: bf16 gradients/reduce dtype, gradient accumulation (sync once per step), "
                   "or a sharding strategy with less traffic — expect the exposed share to fall toward the hidden part"]
-        strag = _straggler(trace)
-        note = ""
-        if strag:
-            ev.update(strag)
-            note = (f"rank {strag['straggler_rank']} arrives last at most collectives: the others' comm time is "
-                    "partly waiting for it")
-            tip = (f"balance the work of rank {strag['straggler_rank']} (it arrives last; its compute before "
-                   "each collective is longer): that part of the wait disappears with the imbalance")
-            # lead with the imbalance only when lateness is most of a collective's time
-            if strag["straggler_mean_late_s"] > 0.5 * strag.get("collective_mean_s", float("inf")):
-                advice.insert(0, tip)
-            else:
-                advice.append(tip)
-        findings.append(Finding("communication", _severity(comm), comm, "exposed communication", ev,
+        if strag and peer <= th.peer_wait:       # too small for a finding of its own: say it here
+            advice.append(f"balance the work of rank {strag['straggler_rank']} (it arrives last): the "
+                          f"{peer:.0%} the others wait for it goes")
+        findings.append(Finding("communication", _severity(transfer), transfer, "exposed communication", ev,
                                 {"comm_exposed": th.comm_exposed}, advice, note))
+    if peer > th.peer_wait:
+        ev = {"peer_wait_share": peer, **strag}
+        if strag:
+            title = f"ranks wait for rank {strag['straggler_rank']} at the collectives (a straggler)"
+            first = (f"balance the work of rank {strag['straggler_rank']} (it arrives last; its compute before "
+                     "each collective is longer) — check its device clocks/thermals, host load and its share of "
+                     f"the data: up to {peer:.0%} of the step comes back")
+        else:
+            title = "ranks wait for each other at the collectives (jitter: no single rank is late)"
+            first = ("make the ranks' work equal and steady: equal tokens per rank (pack sequences), no other "
+                     "jobs or host work on the nodes, pinned CPU affinity — the wait shrinks with the step-time "
+                     "spread")
+        findings.append(Finding(
+            "scheduling", _severity(peer), peer, title, ev, {"peer_wait": th.peer_wait},
+            [first, "compare the ranks' step times (labkit.trace stragglers table): a slow node is replaced, "
+                    "uneven data is rebalanced"]))
 
     # 3. data ----------------------------------------------------------------------------------
     if data is not None and data > th.data_wait:

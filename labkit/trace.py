@@ -5,14 +5,15 @@ CPU-only or with GPU kernels, with or without ``distributedInfo``/``ProfilerStep
 :class:`TraceAnalysis`: per rank and step, time in compute, communication (exposed vs hidden under
 compute), memory copies and idle (host wait vs other), communication by collective type with bytes
 and algorithmic bandwidth where the trace records message sizes, data-loader wait, top ops, and
-stragglers (who arrives last at each collective). The definitions of every bucket are in
-:mod:`labkit.trace_breakdown`; HTA's own definitions (for a peer check) are in :mod:`labkit.trace_hta`.
+stragglers (who arrives last at each collective, and how long the others wait for it). The
+definitions of every bucket are in :mod:`labkit.trace_breakdown`; HTA's own definitions (for a peer
+check) are in :mod:`labkit.trace_hta`.
 
 Algorithmic bandwidth is message bytes ÷ time (nccl-tests' ``algbw``,
 https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md); bytes come from
 ``record_param_comms``/NCCL-kernel args ``In msg nelems`` × size of ``dtype``.
 
-Taught in chapter 9 (``chapters/part2_diagnosis/ch09_profiler_traces.ipynb``).
+Taught in chapter 9 (``chapters/part2_diagnosis/ch09_trace_analytics.ipynb``).
 """
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ class TraceAnalysis:
     same as ``*_share`` of ``total``. ``step_breakdown``: the same per (rank, step). ``overlap``: per
     rank, the fraction of communication hidden under compute. ``comm_by_type``: per collective type
     count, time, bytes and algbw. ``stragglers``: per rank, how often it arrived last at a collective,
-    its mean lateness and its compute before the collective. ``collectives``: the aligned table.
+    its mean lateness, its compute before the collective, whether that makes it a straggler (last
+    more often than chance, see ``_stragglers``) and ``peer_wait_s``, the time it sat in collectives
+    waiting for the last arrival (:attr:`peer_wait_share`). ``collectives``: the aligned table.
 
     Taught in chapter 9.
     """
@@ -78,6 +81,27 @@ class TraceAnalysis:
     @property
     def data_wait_share(self) -> float:
         return self.shares()["data_wait"]
+
+    @property
+    def peer_wait_share(self) -> float:
+        """Part of the exposed communication that is waiting for a late peer (time-weighted over ranks).
+
+        At each aligned collective a rank that arrives before the last one waits ``last arrival − its
+        arrival`` (at most the collective's duration) before any byte can move; that wait is load
+        imbalance or jitter, not link speed. Counted as exposed in proportion to the rank's exposed
+        share of communication (a wait under compute costs nothing). 0 with one rank.
+
+        Taught in chapter 9 (stragglers) and chapter 14 (diagnosis).
+        """
+        s = self.stragglers
+        tot = float(self.breakdown["total"].sum())
+        if s is None or s.empty or "peer_wait_s" not in s or not tot:
+            return 0.0
+        exposed = 0.0
+        for r, w in zip(s["rank"], s["peer_wait_s"], strict=True):
+            ov = self.overlap.get(int(r), float("nan"))
+            exposed += float(w) * (1.0 - ov if ov == ov else 1.0)
+        return min(exposed / tot, self.comm_wait_share)
 
     def top_ops(self, n: int = 10, kind: str = "auto"):
         """The ``n`` op (CPU trace) or kernel (GPU trace) names with most total time, all ranks and
@@ -129,7 +153,8 @@ class TraceAnalysis:
                 "comm_wait_share": self.comm_wait_share, "data_wait_share": self.data_wait_share,
                 "data_wait_s": self.data_wait_s, "overlap": {str(k): _py(v) for k, v in self.overlap.items()},
                 "breakdown": recs(self.breakdown), "comm_by_type": recs(self.comm_by_type),
-                "stragglers": recs(self.stragglers), "top_ops": recs(self.top_ops(10))}
+                "stragglers": recs(self.stragglers), "peer_wait_share": self.peer_wait_share,
+                "top_ops": recs(self.top_ops(10))}
 
     def summary(self) -> str:
         """A short human-readable report."""
@@ -154,8 +179,8 @@ class TraceAnalysis:
             for r in self.stragglers.itertuples():
                 flag = "  <- straggler" if r.straggler else ""
                 lines.append(f"  rank {r.rank}: last at {r.times_last}/{r.n_collectives}, mean late "
-                             f"{r.mean_late_s * 1e3:.2f} ms, compute before {r.median_compute_before_s * 1e3:.2f} ms"
-                             f"{flag}")
+                             f"{r.mean_late_s * 1e3:.2f} ms, compute before {r.median_compute_before_s * 1e3:.2f} ms, "
+                             f"waited for peers {r.peer_wait_s * 1e3:.2f} ms{flag}")
         top = self.top_ops(5)
         if not top.empty:
             lines.append("top " + ("kernels" if self.kind == "gpu" else "ops (inclusive)") + ":")
@@ -297,12 +322,20 @@ def _comm_by_type(colls):
     return pd.DataFrame(out, columns=cols).sort_values("total_s", ascending=False).reset_index(drop=True)
 
 
+def _binom_tail(n: int, k: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    from math import comb
+
+    return sum(comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
+
+
 def _stragglers(colls):
     """Align the n-th collective across ranks: the last to arrive (latest start) is late; report how
     often each rank was last, by how much, and how much compute it ran since its previous collective."""
     import pandas as pd
 
-    cols = ["rank", "n_collectives", "times_last", "mean_late_s", "median_compute_before_s", "straggler"]
+    cols = ["rank", "n_collectives", "times_last", "mean_late_s", "median_compute_before_s", "straggler",
+            "peer_wait_s"]
     if len(colls) < 2:
         return pd.DataFrame(columns=cols), pd.DataFrame()
     ranks = sorted(colls)
@@ -320,14 +353,22 @@ def _stragglers(colls):
         for k in range(n):
             comp_before[i, k] = v.compute_between(prev[k], starts[i, k])
     dur = (ends - starts)
+    # time each rank sits in a collective before the last peer arrives (at most the collective's own
+    # duration): waiting for a late peer, not moving bytes
+    peer_wait = np.minimum(late.max(axis=0) - late, dur)
     rows = []
     for i, r in enumerate(ranks):
         times_last = int(((last == i) & (late.max(axis=0) > 0)).sum())
         mean_late = float(late[i].mean()) * 1e-6
-        # a straggler: last at most collectives, and late by more than 10% of a typical collective
-        strag = times_last > n / 2 and mean_late > 0.1 * float(np.median(dur)) * 1e-6
+        # a straggler: last at most collectives — more often than chance would make it (one-sided
+        # binomial test at 10 %, each of `world` ranks last with probability 1/world: with 2 ranks,
+        # 4 of 4 or 5 of 6) — and late by more than 10 % of a typical collective. With 2 ranks and 3
+        # collectives one of them is always "last at most": that alone is noise, not a straggler.
+        strag = (times_last > n / 2 and _binom_tail(n, times_last, 1 / len(ranks)) < 0.10
+                 and mean_late > 0.1 * float(np.median(dur)) * 1e-6)
         rows.append({"rank": r, "n_collectives": n, "times_last": times_last, "mean_late_s": mean_late,
-                     "median_compute_before_s": float(np.median(comp_before[i])), "straggler": bool(strag)})
+                     "median_compute_before_s": float(np.median(comp_before[i])), "straggler": bool(strag),
+                     "peer_wait_s": float(peer_wait[i].sum()) * 1e-6})
     aligned = pd.DataFrame({"n": np.arange(n), "type": [colls[ranks[0]][2][k]["type"] for k in range(n)],
                             "last_rank": [ranks[j] for j in last], "skew_s": late.max(axis=0) * 1e-6,
                             **{f"late_s_rank{r}": late[i] * 1e-6 for i, r in enumerate(ranks)}})

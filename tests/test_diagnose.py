@@ -106,7 +106,7 @@ def test_bad_input():
 
 
 # ---------------------------------------------------------------- live injected bottlenecks
-SMALL = dict(steps=3, warmup_steps=1, micro_batch=8)
+SMALL = dict(steps=3, warmup_steps=1)   # default sizes: compute injection = 32× smaller GEMMs
 
 
 @pytest.fixture(scope="module")
@@ -201,3 +201,21 @@ def test_cli_diagnose_default_workload_via_train(tmp_path, capsys):
     assert doc["figures"]["mfu"] is not None and doc["figures"]["utilisation"] is not None
     rec = RunRecord.load(tmp_path / "record.json")
     assert rec.config["parallel"] == "ddp" and len(list(tmp_path.glob("rank*.json"))) == 2
+
+
+def test_waiting_for_a_straggler_is_split_from_moving_bytes(tmp_path):
+    """Small collectives, one rank 1.5 ms late at each: the exposed comm is mostly rank 0 waiting for it.
+    That wait is measured exactly (1.5 ms × 5 collectives) and named as the scheduling problem it is;
+    the communication finding keeps only the bytes-moving part."""
+    spec = SyntheticSpec(world_size=2, steps=5, compute_us=4000, comm_us=600, hidden_us=0, straggler_rank=1,
+                         straggler_us=1500.0, seed=0)
+    write_traces(spec, tmp_path)
+    a = analyze(tmp_path)
+    s = a.stragglers.set_index("rank")
+    assert s.loc[0, "peer_wait_s"] == pytest.approx(5 * 1500e-6, rel=1e-6) and s.loc[1, "peer_wait_s"] == 0
+    assert a.peer_wait_share == pytest.approx(5 * 1500e-6 / a.breakdown["total"].sum(), rel=1e-6)
+    d = diagnose(_rec(comm_wait_share=None), a)
+    assert d.primary == "scheduling" and "rank 1" in d.verdict, d.report()
+    comm = next(f for f in d.findings if f.family == "communication")
+    assert comm.score == pytest.approx(a.comm_wait_share - a.peer_wait_share)
+    assert comm.evidence["transfer_share"] < Thresholds().comm_exposed < comm.evidence["comm_exposed_share"]

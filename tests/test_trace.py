@@ -269,3 +269,14 @@ def test_gpu_trace_without_launch_events_falls_back_to_whole_window(tmp_path):
     assert b["compute"] == pytest.approx(3 * exp["steps"]["compute"])
     assert b["idle_host_wait"] == 0                      # no launch times: host wait cannot be claimed
     assert b["idle_other"] == pytest.approx(2 * (exp["steps"]["idle_host_wait"] + exp["steps"]["idle_other"]))
+
+
+def test_three_collectives_on_two_ranks_cannot_convict_a_straggler(tmp_path):
+    """With 2 ranks one of them is always last at >= 2 of 3 collectives: that alone is chance (p = 0.5
+    for 2/3, 0.125 for 3/3); 5 of 5 (p = 0.03) is a straggler."""
+    few, many = tmp_path / "few", tmp_path / "many"
+    write_traces(SyntheticSpec(steps=3, straggler_rank=1, straggler_us=700.0, seed=3), few)
+    write_traces(SyntheticSpec(steps=5, straggler_rank=1, straggler_us=700.0, seed=3), many)
+    s_few, s_many = analyze(few).stragglers.set_index("rank"), analyze(many).stragglers.set_index("rank")
+    assert int(s_few.loc[1, "times_last"]) == 3 and not s_few["straggler"].any()
+    assert int(s_many.loc[1, "times_last"]) == 5 and list(s_many.index[s_many["straggler"]]) == [1]
