@@ -39,6 +39,8 @@ The verdict follows the seed's order: waits before math. When a communication, d
 scheduling finding is at least medium, the largest of them is the primary bottleneck even if the
 compute finding's score is larger — the MFU of the busy time can only be judged once the waits are
 gone, and removing a wait needs no change to the model. Compute is primary when nothing else is.
+Ranks waiting for each other with no single late rank (jitter) are the exception: no one change
+removes that wait, so it competes on its score like compute.
 
 Taught in chapter 14 (systematic diagnosis) and chapter 2 (the method: metrics first).
 """
@@ -300,12 +302,19 @@ def diagnose(record, trace=None, *, thresholds: Thresholds | None = None) -> Dia
         verdict, primary = ("no clear bottleneck: every figure is within its threshold "
                             f"(MFU {_pct(record.mfu)}, exposed comm {_pct(comm)}, data wait {_pct(data)})"), None
     else:
-        waits = [f for f in live if f.family != "compute" and f.score >= 0.10]
+        # jitter (ranks waiting for each other with no single late rank) has no one change that
+        # removes it: it competes on its score like compute, without the precedence of a wait
+        waits = [f for f in live if f.family != "compute" and f.score >= 0.10 and not _is_jitter(f)]
         top = max(waits or live, key=lambda f: f.score)
         primary = top.family
         verdict = (f"{primary}-bound: {top.title} (≈{top.score:.0%} of step time at stake). "
                    f"First change: {top.advice[0]}")
     return Diagnosis(findings=findings, verdict=verdict, primary=primary, figures=figs)
+
+
+def _is_jitter(f: Finding) -> bool:
+    """A peer-wait finding that names no straggler."""
+    return f.family == "scheduling" and "peer_wait_share" in f.evidence and "straggler_rank" not in f.evidence
 
 
 def _pct(v) -> str:

@@ -248,7 +248,11 @@ def rank_main(cfg_dict: dict, out_dir: str) -> dict | None:
     # a fixed sleep would be 40 % of the step on an idle machine and 5 % on a busy one)
     clean = [one_step(None)[0] for _ in range(2)][-1]
     t_clean = sum(clean)
-    ar_bw = 4 * n_params / max(clean[2], 1e-6)            # bytes/s of the gradient all-reduce
+    # the all-reduce's bandwidth from the rank that arrived last (the others' time includes waiting
+    # for it): the shortest all-reduce time over the ranks
+    t_ar = torch.tensor([clean[2]], dtype=torch.float64)
+    dist.all_reduce(t_ar, op=dist.ReduceOp.MIN)
+    ar_bw = 4 * n_params / max(float(t_ar[0]), 1e-6)     # bytes/s of the gradient all-reduce
     extra = cfg.inject_share / (1 - cfg.inject_share) * t_clean
     knobs = torch.tensor([extra / (micro_batch * accum), extra * ar_bw / 2**20], dtype=torch.float64)
     dist.all_reduce(knobs, op=dist.ReduceOp.MAX)         # every rank must pad the same size
