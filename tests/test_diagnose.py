@@ -219,3 +219,21 @@ def test_waiting_for_a_straggler_is_split_from_moving_bytes(tmp_path):
     comm = next(f for f in d.findings if f.family == "communication")
     assert comm.score == pytest.approx(a.comm_wait_share - a.peer_wait_share)
     assert comm.evidence["transfer_share"] < Thresholds().comm_exposed < comm.evidence["comm_exposed_share"]
+
+
+def test_jitter_does_not_take_a_waits_precedence(tmp_path, monkeypatch):
+    """Ranks waiting for each other with no single late rank (20 % of the step) outscore the bytes-moving
+    part of the communication, but no one change removes jitter: communication stays the verdict."""
+    from labkit.trace import TraceAnalysis
+
+    write_traces(SyntheticSpec(world_size=2, steps=4, compute_us=4000, comm_us=4000, hidden_us=200, seed=1),
+                 tmp_path)
+    a = analyze(tmp_path)
+    assert a.stragglers["straggler"].sum() == 0
+    jitter = a.comm_wait_share - 0.12                    # leaves a 12 % transfer: medium, a wait
+    monkeypatch.setattr(TraceAnalysis, "peer_wait_share", property(lambda self: jitter))
+    d = diagnose(_rec(comm_wait_share=None), a)
+    sched = next(f for f in d.findings if f.family == "scheduling")
+    comm = next(f for f in d.findings if f.family == "communication")
+    assert "jitter" in sched.title and sched.score > comm.score >= 0.10
+    assert d.primary == "communication", d.report()
