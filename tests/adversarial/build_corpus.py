@@ -130,7 +130,12 @@ def corpus() -> dict:
 
 
 def real_lab_corpus() -> dict:
-    """One submission of a real lab: lab01 with its throughput inflated by 1.5x before saving."""
+    """One submission of a real lab: lab01 with its throughput inflated by 10 % before saving.
+
+    q1's consistency check must catch it and q2 must not trip over it: a 1.5x inflation pushed the
+    record's MFU past 100 % (q2's sanity bound) whenever a loaded machine depressed the measured
+    peak enough that the real MFU exceeded 2/3; at 1.1x that needs a real MFU above 91 %.
+    """
     import nbformat as nbf
 
     from labkit.grading import load_lab
@@ -145,8 +150,8 @@ def real_lab_corpus() -> dict:
     c = nb.cells[index(nb, "q1")]
     assert "record.save(baseline_path)" in c.source
     c.source = c.source.replace("record.save(baseline_path)",
-                                "record.tokens_per_s *= 1.5  # a better number, typed in\n"
-                                "record.mfu *= 1.5\nrecord.save(baseline_path)")
+                                "record.tokens_per_s *= 1.1  # a better number, typed in\n"
+                                "record.mfu *= 1.1\nrecord.save(baseline_path)")
     nbf.validate(nb)
     return {"lab01_inflated": nb}
 
