@@ -15,89 +15,13 @@ Taught in chapter 3 (the model whose FLOPs we count) and chapter 16 (attention k
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
-ATTENTIONS = ("sdpa", "naive")
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    """Size and options of :class:`GPT`. Taught in chapter 3 (model shape → FLOPs)."""
-
-    n_layers: int
-    d_model: int
-    n_heads: int
-    vocab_size: int
-    seq_len: int
-    d_ff: int | None = None          # MLP width; None → 4·d_model
-    attention: str = "sdpa"          # "sdpa" | "naive"
-    checkpoint: bool = False         # activation checkpointing of every block (recompute in backward)
-    dropout: float = 0.0
-
-    def __post_init__(self):
-        for name in ("n_layers", "d_model", "n_heads", "vocab_size", "seq_len"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"GPTConfig.{name}={v!r} is not valid; use an int ≥ 1")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"GPTConfig: d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
-        if self.d_ff is not None and (not isinstance(self.d_ff, int) or self.d_ff < 1):
-            raise ValueError(f"GPTConfig.d_ff={self.d_ff!r} is not valid; use None or an int ≥ 1")
-        if self.attention not in ATTENTIONS:
-            raise ValueError(f"GPTConfig.attention={self.attention!r} is not valid; choose one of {ATTENTIONS}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"GPTConfig.dropout={self.dropout!r} is not valid; use 0 ≤ dropout < 1")
-
-    @property
-    def ff(self) -> int:
-        return self.d_ff or 4 * self.d_model
-
-    def shape(self):
-        """The :class:`labkit.flops.ModelShape` of this model (GELU MLP, biases, learned positions, tied
-        embeddings): ``labkit.flops.n_params(cfg.shape()) == GPT(cfg).n_params()`` exactly."""
-        from labkit.flops import ModelShape
-
-        return ModelShape(n_layers=self.n_layers, d_model=self.d_model, n_heads=self.n_heads,
-                          vocab_size=self.vocab_size, seq_len=self.seq_len, d_ff=self.ff,
-                          ffn="gelu", tied_embeddings=True, bias=True, norm="layernorm", pos_emb="learned")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# Named sizes. vocab 4096 matches the shipped corpus tokenizer (labkit.data). "1b" ≈ 1.0e9 parameters:
-# 12·L·d² in the blocks (Kaplan et al. 2020, Table 1) = 12·26·1792² = 1.002e9, plus 9 M embeddings.
-# "bench" is the size where matmuls dominate on a CPU (benchmarks/bench_trainer.py).
-SIZES: dict[str, GPTConfig] = {
-    "tiny": GPTConfig(n_layers=2, d_model=128, n_heads=4, vocab_size=4096, seq_len=64),
-    "small": GPTConfig(n_layers=4, d_model=256, n_heads=4, vocab_size=4096, seq_len=128),
-    "bench": GPTConfig(n_layers=4, d_model=768, n_heads=12, vocab_size=4096, seq_len=256),
-    "medium": GPTConfig(n_layers=12, d_model=768, n_heads=12, vocab_size=4096, seq_len=512),
-    "1b": GPTConfig(n_layers=26, d_model=1792, n_heads=14, vocab_size=4096, seq_len=1024),
-}
-
-
-def gpt_config(name: str = "tiny", **overrides) -> GPTConfig:
-    """A named size (``SIZES``) with fields overridden, e.g. ``gpt_config("tiny", attention="naive")``.
-
-    Taught in chapter 3 (model shape → FLOPs).
-    """
-    if isinstance(name, GPTConfig):
-        base = name
-    elif name in SIZES:
-        base = SIZES[name]
-    else:
-        raise ValueError(f"model size {name!r} is not known; choose one of {sorted(SIZES)}")
-    names = set(GPTConfig.__dataclass_fields__)
-    bad = sorted(set(overrides) - names)
-    if bad:
-        raise ValueError(f"gpt_config: unknown field(s) {bad}; valid fields: {sorted(names)}")
-    return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+from labkit.model_config import ATTENTIONS, SIZES, GPTConfig, gpt_config  # noqa: F401 - re-exported
 
 
 class CausalSelfAttention(nn.Module):

@@ -79,7 +79,7 @@ class TrainConfig:
     label: str = "train"
 
     def __post_init__(self):
-        from labkit.models import ATTENTIONS, SIZES
+        from labkit.model_config import ATTENTIONS, SIZES
 
         def bad(name, valid):
             raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} is not valid; {valid}")
@@ -117,7 +117,7 @@ class TrainConfig:
 
     @property
     def model_config(self):
-        from labkit.models import gpt_config
+        from labkit.model_config import gpt_config
 
         return gpt_config(self.model, seq_len=self.seq_len, attention=self.attention, checkpoint=self.checkpoint)
 

@@ -38,6 +38,17 @@ def test_help_of_every_command(cmd, capsys):
     assert out.startswith("usage: labkit " + " ".join(cmd))
 
 
+def test_help_does_not_import_torch():
+    """`labkit --help` and every command's parser stay torch-free (torch costs ~1.5 s to import)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom labkit.cli import build_parser\nbuild_parser().format_help()\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
 def test_doctor_quick_json_on_cpu(capsys):
     assert main(["doctor", "--quick", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

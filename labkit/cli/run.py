@@ -13,7 +13,7 @@ import os
 
 
 def register(subparsers) -> None:
-    from labkit.models import SIZES
+    from labkit.model_config import SIZES
     from labkit.train import DTYPES, PARALLEL
 
     p = subparsers.add_parser(
