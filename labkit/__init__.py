@@ -13,10 +13,12 @@ See ``labkit.course`` for the map from functions to the chapters that teach them
 from __future__ import annotations
 
 import importlib
-
-__version__ = "0.1.0"
-
 import pkgutil
+
+from labkit import _compat
+from labkit._version import __version__  # noqa: F401
+
+_compat.install()     # old module names that moved (labkit.trace_load, ...) keep working until 0.3
 
 # every module of the package, imported on first use (`labkit.flops`, `labkit.trace`, ...)
 _SUBMODULES = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
@@ -34,6 +36,8 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(f"labkit.{mod}"), attr)
         globals()[name] = value
         return value
+    if name in _compat.MOVED:
+        return _compat.load_moved(name)
     if name in _SUBMODULES:
         module = importlib.import_module(f"labkit.{name}")
         globals()[name] = module

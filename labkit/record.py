@@ -198,9 +198,9 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def environment_versions() -> dict[str, str]:
     """Versions that explain a number: Python, torch, CUDA/NCCL when present, labkit, platform."""
-    import labkit
+    from labkit._version import __version__
 
-    v = {"python": platform.python_version(), "labkit": labkit.__version__, "platform": platform.platform()}
+    v = {"python": platform.python_version(), "labkit": __version__, "platform": platform.platform()}
     try:
         import torch
 

@@ -13,13 +13,13 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import labkit
+    from labkit._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="labkit",
         description="Measure, model and diagnose the throughput of LLM training.",
     )
-    parser.add_argument("--version", action="version", version=f"labkit {labkit.__version__}")
+    parser.add_argument("--version", action="version", version=f"labkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_"):

@@ -1,0 +1,87 @@
+"""One way to validate arguments: every bad value gets an error that names the parameter, the value
+and what would be valid.
+
+A wrong *type* raises :class:`ArgumentTypeError`, which is both a ``TypeError`` and a ``ValueError``,
+so callers that catch either (the CLI catches ``ValueError``) see it; a value of the right type out
+of range raises ``ValueError``. Booleans are never numbers here (``True`` is not a count of 1).
+NumPy scalars are accepted and returned as Python ``int``/``float``.
+
+Used by every module that takes numbers from users (estimators, configs, the launcher).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+__all__ = ["ArgumentTypeError", "number", "positive", "nonneg", "count", "fraction", "one_of"]
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type (e.g. a string where a number is needed)."""
+
+
+def number(name: str, value, *, low: float | None = None, high: float | None = None,
+           low_open: bool = False, high_open: bool = False, finite: bool = True) -> float:
+    """``value`` as a float, checked to be a real number (not a bool) in [low, high].
+
+    ``low_open``/``high_open`` exclude the bound; ``finite=False`` admits ±inf (never NaN).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    bad = math.isnan(v) or (finite and math.isinf(v))
+    if low is not None:
+        bad = bad or (v <= low if low_open else v < low)
+    if high is not None:
+        bad = bad or (v >= high if high_open else v > high)
+    if bad:
+        raise ValueError(f"{name}={value!r} is not valid: use {_range(low, high, low_open, high_open, finite)}")
+    return v
+
+
+def _range(low, high, low_open, high_open, finite) -> str:
+    kind = "a finite number" if finite else "a number"
+    parts = []
+    if low is not None:
+        parts.append(f"{'>' if low_open else '>='} {low:g}")
+    if high is not None:
+        parts.append(f"{'<' if high_open else '<='} {high:g}")
+    return kind + (" " + " and ".join(parts) if parts else "")
+
+
+def positive(name: str, value) -> float:
+    """A finite number > 0 (sizes, times, rates, peaks)."""
+    return number(name, value, low=0, low_open=True)
+
+
+def nonneg(name: str, value) -> float:
+    """A finite number >= 0 (delays, overheads, shares of time)."""
+    return number(name, value, low=0)
+
+
+def fraction(name: str, value, *, open_low: bool = False, open_high: bool = False) -> float:
+    """A number in [0, 1] (a share, an efficiency); ``open_*`` exclude 0 or 1."""
+    return number(name, value, low=0, high=1, low_open=open_low, high_open=open_high)
+
+
+def count(name: str, value, *, at_least: int = 1, at_most: int | None = None) -> int:
+    """An integer (not a bool, not a float) in [at_least, at_most] (ranks, layers, steps, batch sizes)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    v = int(value)
+    if v < at_least or (at_most is not None and v > at_most):
+        hi = f" and <= {at_most}" if at_most is not None else ""
+        raise ValueError(f"{name}={value!r} is not valid: use an int >= {at_least}{hi}")
+    return v
+
+
+def one_of(name: str, value, choices):
+    """``value`` if it is one of ``choices``, else a ValueError listing them."""
+    try:
+        ok = value in choices
+    except TypeError:   # unhashable value against a set/dict
+        ok = False
+    if not ok:
+        shown = list(choices)
+        raise ValueError(f"{name}={value!r} is not valid: choose one of {shown}")
+    return value
