@@ -42,10 +42,12 @@ class _Alias(importlib.abc.Loader):
         self.old = old
 
     def create_module(self, spec):
-        return load_moved(self.old)    # the new module itself; its own __name__/__spec__ are kept
+        module = load_moved(self.old)  # the new module itself, registered under the old name too
+        self.spec = module.__spec__    # importlib overwrites __spec__ after this; exec_module restores it
+        return module
 
     def exec_module(self, module):
-        pass
+        module.__spec__ = self.spec
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):

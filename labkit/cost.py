@@ -15,22 +15,13 @@ Taught in chapter 1 (``chapters/part1_cognition/ch01_why_throughput.ipynb``); re
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from labkit import checks
+from labkit.perf.steptime import tokens_per_s_at  # noqa: F401 - taught in chapter 1
 
 __all__ = ["extra_wallclock_fraction", "wallclock_s", "tokens_per_s_at", "training_cost", "TrainingCost",
            "throughput_for_deadline"]
-
-
-def _positive(name: str, value, *, allow_zero: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        need = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {need}, got {value!r}")
-    return v
 
 
 def extra_wallclock_fraction(throughput_drop: float) -> float:
@@ -39,7 +30,7 @@ def extra_wallclock_fraction(throughput_drop: float) -> float:
     ``throughput_drop`` is a fraction in [0, 1): 0.30 means 30% fewer tokens/s. Time ∝ 1/throughput,
     so the run takes ``1/(1 - drop) - 1`` longer: 0.30 → 0.4286. Taught in chapter 1.
     """
-    d = _positive("throughput_drop", throughput_drop, allow_zero=True)
+    d = checks.nonneg("throughput_drop", throughput_drop)
     if d >= 1:
         raise ValueError(f"throughput_drop must be a fraction in [0, 1), got {throughput_drop!r} "
                          "(a 100% drop never finishes; give 0.3 for 30%)")
@@ -48,29 +39,12 @@ def extra_wallclock_fraction(throughput_drop: float) -> float:
 
 def wallclock_s(tokens: float, tokens_per_s: float) -> float:
     """Seconds to process ``tokens`` at a global throughput of ``tokens_per_s``. Taught in chapter 1."""
-    return _positive("tokens", tokens) / _positive("tokens_per_s", tokens_per_s)
-
-
-def tokens_per_s_at(*, mfu: float, peak_flops: float, n_devices: int, flops_per_token: float) -> float:
-    """Global tokens/s a run reaches at a given MFU (the MFU definition solved for tokens/s).
-
-    tokens/s = MFU × peak × devices / FLOPs-per-token — PaLM (Chowdhery et al. 2022, App. B).
-    Taught in chapter 1; chapter 4 defines MFU itself (``labkit.mfu``).
-    """
-    from labkit.mfu import tokens_per_s_for_mfu
-
-    m = _positive("mfu", mfu)
-    if m > 1:
-        raise ValueError(f"mfu must be a fraction in (0, 1], got {mfu!r} (give 0.4 for 40%)")
-    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
-        raise ValueError(f"n_devices must be an int >= 1, got {n_devices!r}")
-    return tokens_per_s_for_mfu(m, flops_per_token=_positive("flops_per_token", flops_per_token),
-                                n_devices=n_devices, peak_flops=_positive("peak_flops", peak_flops))
+    return checks.positive("tokens", tokens) / checks.positive("tokens_per_s", tokens_per_s)
 
 
 def throughput_for_deadline(tokens: float, days: float) -> float:
     """Global tokens/s needed to finish ``tokens`` in ``days`` of wall-clock. Taught in chapter 1."""
-    return _positive("tokens", tokens) / (_positive("days", days) * 86400.0)
+    return checks.positive("tokens", tokens) / (checks.positive("days", days) * 86400.0)
 
 
 @dataclass(frozen=True)
@@ -121,10 +95,9 @@ def training_cost(*, tokens: float, flops_per_token: float, n_devices: int, peak
     optional (your cloud price and the device's board power, e.g. 700 W for an H100 SXM);
     ``pue`` is the data centre's power usage effectiveness (≥ 1). Taught in chapter 1; used in chapter 28.
     """
-    tokens = _positive("tokens", tokens)
-    fpt = _positive("flops_per_token", flops_per_token)
-    if not isinstance(n_devices, int) or isinstance(n_devices, bool) or n_devices < 1:
-        raise ValueError(f"n_devices must be an int >= 1, got {n_devices!r}")
+    tokens = checks.positive("tokens", tokens)
+    fpt = checks.positive("flops_per_token", flops_per_token)
+    n_devices = checks.count("n_devices", n_devices)
     if tokens_per_s is None:
         if mfu is None or peak_flops is None:
             raise ValueError("give tokens_per_s, or both mfu and peak_flops (got "
@@ -133,16 +106,16 @@ def training_cost(*, tokens: float, flops_per_token: float, n_devices: int, peak
     else:
         if mfu is not None:
             raise ValueError("give tokens_per_s or mfu, not both")
-        tps = _positive("tokens_per_s", tokens_per_s)
+        tps = checks.positive("tokens_per_s", tokens_per_s)
     wall = tokens / tps
     dev_h = wall * n_devices / 3600.0
-    cost = None if price_per_device_hour is None else dev_h * _positive(
-        "price_per_device_hour", price_per_device_hour, allow_zero=True)
+    cost = None if price_per_device_hour is None else dev_h * checks.nonneg(
+        "price_per_device_hour", price_per_device_hour)
     energy = None
     if device_power_w is not None:
-        p = _positive("pue", pue)
+        p = checks.positive("pue", pue)
         if p < 1:
             raise ValueError(f"pue must be >= 1 (1.0 = no cooling overhead), got {pue!r}")
-        energy = _positive("device_power_w", device_power_w) * n_devices * wall * p / 3.6e6
+        energy = checks.positive("device_power_w", device_power_w) * n_devices * wall * p / 3.6e6
     return TrainingCost(tokens=tokens, total_flops=tokens * fpt, tokens_per_s=tps, n_devices=n_devices,
                         wall_s=wall, device_hours=dev_h, cost=cost, energy_kwh=energy)

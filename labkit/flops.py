@@ -28,7 +28,10 @@ Taught in chapter 3 (FLOPs).
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field, replace
+
+from labkit import checks
 
 METHODS = ("palm", "6N", "megatron")
 RECOMPUTE = ("none", "selective", "full")
@@ -62,14 +65,13 @@ class ModelShape:
     name: str = field(default="", compare=False)
 
     def __post_init__(self):
-        for p in ("n_layers", "d_model", "n_heads", "vocab_size", "seq_len", "n_experts", "top_k"):
+        # sizes are ints >= 1 (d_ff, n_kv_heads, head_dim may be None: derived); frozen, so a NumPy int
+        # is stored back as a plain int with object.__setattr__
+        for p in ("n_layers", "d_model", "n_heads", "vocab_size", "seq_len", "n_experts", "top_k",
+                  "d_ff", "n_kv_heads", "head_dim"):
             v = getattr(self, p)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"{p}={v!r} must be a positive int")
-        for p in ("d_ff", "n_kv_heads", "head_dim"):
-            v = getattr(self, p)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
-                raise ValueError(f"{p}={v!r} must be a positive int or None")
+            if v is not None or p not in ("d_ff", "n_kv_heads", "head_dim"):
+                object.__setattr__(self, p, checks.count(p, v))
         if self.ffn not in ("gelu", "swiglu"):
             raise ValueError(f"ffn={self.ffn!r} must be 'gelu' or 'swiglu'")
         if self.norm not in ("layernorm", "rmsnorm"):
@@ -219,10 +221,7 @@ def _check(method: str, causal) -> float:
 
 
 def _seq(shape: ModelShape, seq_len) -> int:
-    T = shape.seq_len if seq_len is None else seq_len
-    if not isinstance(T, int) or T <= 0:
-        raise ValueError(f"seq_len={seq_len!r} must be a positive int")
-    return T
+    return shape.seq_len if seq_len is None else checks.count("seq_len", seq_len)
 
 
 def attention_core_flops_per_token(shape: ModelShape, *, causal: bool = False, seq_len: int | None = None) -> float:
@@ -317,13 +316,9 @@ def flops_per_step(shape: ModelShape, tokens: int, *, method: str = "palm", caus
 
     Taught in chapter 3 (FLOPs).
     """
-    if not isinstance(tokens, (int,)) or isinstance(tokens, bool):
-        try:
-            tokens = int(tokens)
-        except (TypeError, ValueError):
-            raise TypeError(f"tokens={tokens!r} must be an int") from None
-    if tokens <= 0:
-        raise ValueError(f"tokens={tokens!r} must be > 0 (real, unpadded tokens in the step)")
+    if not isinstance(tokens, numbers.Integral) and hasattr(tokens, "item"):
+        tokens = tokens.item()                # a tensor count, e.g. attention_mask.sum()
+    tokens = checks.count("tokens", tokens)   # real, unpadded tokens in the step
     if hardware:
         per = hardware_flops_per_token(shape, recompute=recompute, method=method, causal=causal, seq_len=seq_len)
     else:

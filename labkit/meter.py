@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import time
 
+from labkit import checks
 from labkit.record import RunRecord, Stat, environment_versions
 
 
@@ -84,16 +85,21 @@ class _Phase:
         self._meter, self._name, self._start = meter, name, None
 
     def __enter__(self):
-        cur = self._meter._current
-        if cur is not None:
-            self._start = self._meter._clock.mark()
+        m = self._meter
+        if m._ranges is not None:
+            m._ranges.range_push(self._name)
+        if m._current is not None:
+            self._start = m._clock.mark()
         return self
 
     def __exit__(self, *exc):
-        cur = self._meter._current
+        m = self._meter
+        cur = m._current
         if cur is not None and self._start is not None:
-            cur[3].append((self._name, self._start, self._meter._clock.mark()))
+            cur[3].append((self._name, self._start, m._clock.mark()))
         self._start = None
+        if m._ranges is not None:
+            m._ranges.range_pop()
         return False
 
 
@@ -104,11 +110,17 @@ class _Step:
         self._meter, self.tokens = meter, None
 
     def __enter__(self):
-        self._meter._begin(self.tokens)
+        m = self._meter
+        if m._ranges is not None:
+            m._ranges.range_push(f"step {m._seen}")
+        m._begin(self.tokens)
         return self
 
     def __exit__(self, *exc):
-        self._meter._end(failed=exc[0] is not None)
+        m = self._meter
+        m._end(failed=exc[0] is not None)
+        if m._ranges is not None:
+            m._ranges.range_pop()
         return False
 
 
@@ -119,6 +131,9 @@ class Meter:
     ``step(tokens=...)``); ``flops_per_token``/``hardware_flops_per_token`` per token (chapter 3);
     ``peak_flops`` per device (:func:`labkit.hardware.resolve_peak`); ``n_devices`` all devices.
     ``device=None`` means "auto" (CUDA events when CUDA is available, else perf_counter).
+    ``ranges="nvtx"`` also opens an NVTX range per step (``step N``) and per phase on a CUDA device, so
+    an Nsight Systems timeline shows the meter's phases (chapter 10); any object with ``range_push(name)``
+    and ``range_pop()`` works (tests pass a fake).
 
     Taught in chapter 7 (timing).
     """
@@ -126,23 +141,21 @@ class Meter:
     def __init__(self, *, device=None, warmup_steps: int = 2, tokens_per_step: int | None = None,
                  flops_per_token: float | None = None, hardware_flops_per_token: float | None = None,
                  peak_flops: float | None = None, peak_source: str | None = None, n_devices: int = 1,
-                 dtype: str | None = None, label: str = "run", clock=None, max_pending: int = 256):
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"warmup_steps={warmup_steps!r} must be an int >= 0")
-        if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
-            raise ValueError(f"n_devices={n_devices!r} must be an int >= 1")
-        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 2:
-            raise ValueError(f"max_pending={max_pending!r} must be an int >= 2")
+                 dtype: str | None = None, label: str = "run", clock=None, max_pending: int = 256,
+                 ranges=None):
+        checks.count("warmup_steps", warmup_steps, at_least=0)
+        checks.count("n_devices", n_devices)
+        checks.count("max_pending", max_pending, at_least=2)
         for name, v in (("tokens_per_step", tokens_per_step), ("flops_per_token", flops_per_token),
                         ("hardware_flops_per_token", hardware_flops_per_token), ("peak_flops", peak_flops)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
-                raise ValueError(f"{name}={v!r} must be a positive number or None")
+            if v is not None:           # None: not known, so no tokens/s, MFU or HFU
+                checks.positive(name, v)
         if dtype is not None:
-            from labkit.hardware import normalize_dtype
+            from labkit.hardware.catalogue import normalize_dtype
 
             dtype = normalize_dtype(dtype)
         if clock is None:
-            from labkit.hardware import resolve_device
+            from labkit.hardware.measure import resolve_device
 
             dev = resolve_device("auto" if device is None else device)
             clock = CudaEventClock() if dev.type == "cuda" else PerfCounterClock()
@@ -151,6 +164,11 @@ class Meter:
             default = {"cuda_event": "cuda", "perf_counter": "cpu"}.get(getattr(clock, "kind", ""), "custom")
             self.device = str(device) if device is not None else default
         self._clock = clock
+        if ranges == "nvtx":        # thin CUDA branch: NVTX ranges for Nsight Systems (chapter 10)
+            import torch
+
+            ranges = torch.cuda.nvtx if self.device.startswith("cuda") else None
+        self._ranges = ranges
         self.warmup_steps = warmup_steps
         self.tokens_per_step = tokens_per_step
         self.flops_per_token = flops_per_token
@@ -279,6 +297,11 @@ class Meter:
                         except ValueError as e:
                             out[f"{key}_error"] = str(e)
         return out
+
+    def set_peak(self, peak_flops: float, source: str) -> None:
+        """Divide MFU/HFU by another per-device peak from now on (e.g. one re-measured on an idle
+        machine) and say where it came from. Taught in chapter 4 (MFU's denominator)."""
+        self.peak_flops, self.peak_source = checks.positive("peak_flops", peak_flops), source
 
     def log_line(self) -> str:
         """One line for a training log: step time (median, p10–p90), phase shares, tok/s, MFU.

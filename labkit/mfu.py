@@ -14,19 +14,7 @@ Taught in chapter 4 (MFU and HFU).
 """
 from __future__ import annotations
 
-import math
-
-
-def _positive(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name}={value!r} must be a positive finite number")
-    return float(value)
-
-
-def _devices(n_devices) -> int:
-    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
-        raise ValueError(f"n_devices={n_devices!r} must be an int >= 1 (all devices of the job)")
-    return n_devices
+from labkit import checks
 
 
 def achieved_flops(tokens_per_s: float, flops_per_token: float) -> float:
@@ -34,21 +22,21 @@ def achieved_flops(tokens_per_s: float, flops_per_token: float) -> float:
 
     Taught in chapter 4 (MFU and HFU).
     """
-    return _positive("tokens_per_s", tokens_per_s) * _positive("flops_per_token", flops_per_token)
+    return checks.positive("tokens_per_s", tokens_per_s) * checks.positive("flops_per_token", flops_per_token)
 
 
 def tokens_per_s_per_device(tokens_per_s: float, n_devices: int) -> float:
     """Global tokens/s divided by the number of devices. Taught in chapter 4 (MFU and HFU)."""
-    return _positive("tokens_per_s", tokens_per_s) / _devices(n_devices)
+    return checks.positive("tokens_per_s", tokens_per_s) / checks.count("n_devices", n_devices)
 
 
 def step_tokens_per_s(tokens_per_step: int, step_time_s: float) -> float:
     """Global tokens per optimizer step ÷ step time. Taught in chapter 4 (MFU and HFU)."""
-    _positive("tokens_per_step", tokens_per_step)
+    checks.positive("tokens_per_step", tokens_per_step)
     if isinstance(step_time_s, (int, float)) and step_time_s == 0:
         raise ValueError("step_time_s=0: a zero step time means the clock did not see the work "
                          "(asynchronous GPU work timed without synchronisation?)")
-    return tokens_per_step / _positive("step_time_s", step_time_s)
+    return tokens_per_step / checks.positive("step_time_s", step_time_s)
 
 
 def _diagnose_over_100(kind, u, tokens_per_s, fpt, fpt_name, n, peak) -> str:
@@ -71,10 +59,10 @@ def _diagnose_over_100(kind, u, tokens_per_s, fpt, fpt_name, n, peak) -> str:
 
 
 def _utilisation(kind: str, tokens_per_s, flops_per_token, n_devices, peak_flops, fpt_name) -> float:
-    tps = _positive("tokens_per_s", tokens_per_s)
-    fpt = _positive(fpt_name, flops_per_token)
-    n = _devices(n_devices)
-    peak = _positive("peak_flops", peak_flops)
+    tps = checks.positive("tokens_per_s", tokens_per_s)
+    fpt = checks.positive(fpt_name, flops_per_token)
+    n = checks.count("n_devices", n_devices)
+    peak = checks.positive("peak_flops", peak_flops)
     u = tps * fpt / (n * peak)
     if u > 1.0:
         raise ValueError(_diagnose_over_100(kind, u, tps, fpt, fpt_name, n, peak))
@@ -109,7 +97,6 @@ def tokens_per_s_for_mfu(target_mfu: float, *, flops_per_token: float, n_devices
 
     Taught in chapter 4 (MFU and HFU).
     """
-    t = _positive("target_mfu", target_mfu)
-    if t > 1:
-        raise ValueError(f"target_mfu={target_mfu!r} must be in (0, 1]")
-    return t * _devices(n_devices) * _positive("peak_flops", peak_flops) / _positive("flops_per_token", flops_per_token)
+    t = checks.fraction("target_mfu", target_mfu, open_low=True)
+    n, peak = checks.count("n_devices", n_devices), checks.positive("peak_flops", peak_flops)
+    return t * n * peak / checks.positive("flops_per_token", flops_per_token)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from labkit import checks
 from labkit.record import RunRecord, atomic_write_text
 
 VERDICTS = ("faster", "slower", "unchanged")
@@ -123,12 +124,10 @@ def compare(baseline, candidate, *, higher_is_better: bool = True, min_effect: f
     """
     a = _sample("baseline", baseline)
     b = _sample("candidate", candidate)
-    if not 0 < min_effect < 1:
+    if not 0 < checks.number("min_effect", min_effect) < 1:
         raise ValueError(f"min_effect={min_effect!r} must be a fraction in (0, 1), e.g. 0.03 for 3 %")
-    if not 0.5 < ci_level < 1:
-        raise ValueError(f"ci_level={ci_level!r} must be in (0.5, 1)")
-    if not isinstance(n_boot, int) or n_boot < 200:
-        raise ValueError(f"n_boot={n_boot!r} must be an int >= 200")
+    checks.number("ci_level", ci_level, low=0.5, high=1, low_open=True, high_open=True)
+    checks.count("n_boot", n_boot, at_least=200)
     rng = np.random.default_rng(seed)
     ma = np.median(a[rng.integers(0, a.size, (n_boot, a.size))], axis=1)
     mb = np.median(b[rng.integers(0, b.size, (n_boot, b.size))], axis=1)

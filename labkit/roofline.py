@@ -19,8 +19,9 @@ Taught in chapter 6 (``chapters/part1_cognition/ch06_roofline.ipynb``); chapter 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from labkit import checks
 
 __all__ = ["matmul_flops", "matmul_bytes", "arithmetic_intensity", "ridge_point", "attainable",
            "bound", "default_shapes", "time_matmul", "sweep_matmul", "DTYPE_BYTES", "MatmulTiming"]
@@ -28,20 +29,9 @@ __all__ = ["matmul_flops", "matmul_bytes", "arithmetic_intensity", "ridge_point"
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 
 
-def _pos(name: str, v) -> float:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number, got {type(v).__name__} {v!r}") from None
-    if not math.isfinite(x) or x <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return x
-
-
-def _dim(name: str, v) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    return v
+def _dims(m, n, k) -> tuple[int, int, int]:
+    """The matmul dimensions (m×k)·(k×n), each an int >= 1."""
+    return checks.count("m", m), checks.count("n", n), checks.count("k", k)
 
 
 def _dtype_bytes(dtype: str) -> int:
@@ -52,32 +42,35 @@ def _dtype_bytes(dtype: str) -> int:
 
 def matmul_flops(m: int, n: int, k: int) -> int:
     """2·m·n·k FLOPs for (m×k)·(k×n). Taught in chapter 6 (and chapter 3)."""
-    return 2 * _dim("m", m) * _dim("n", n) * _dim("k", k)
+    m, n, k = _dims(m, n, k)
+    return 2 * m * n * k
 
 
 def matmul_bytes(m: int, n: int, k: int, dtype: str = "fp32") -> int:
     """Minimum memory traffic of (m×k)·(k×n): read A and B, write C once. Taught in chapter 6."""
-    return (_dim("m", m) * _dim("k", k) + k * _dim("n", n) + m * n) * _dtype_bytes(dtype)
+    m, n, k = _dims(m, n, k)
+    return (m * k + k * n + m * n) * _dtype_bytes(dtype)
 
 
 def arithmetic_intensity(flops: float, nbytes: float) -> float:
     """FLOPs per byte moved. Taught in chapter 6."""
-    return _pos("flops", flops) / _pos("nbytes", nbytes)
+    return checks.positive("flops", flops) / checks.positive("nbytes", nbytes)
 
 
 def ridge_point(peak_flops: float, bandwidth: float) -> float:
     """Intensity (FLOP/byte) where the bandwidth roof meets the compute roof. Taught in chapter 6."""
-    return _pos("peak_flops", peak_flops) / _pos("bandwidth", bandwidth)
+    return checks.positive("peak_flops", peak_flops) / checks.positive("bandwidth", bandwidth)
 
 
 def attainable(intensity: float, peak_flops: float, bandwidth: float) -> float:
     """Roofline bound: min(peak, intensity × bandwidth) in FLOP/s. Taught in chapter 6."""
-    return min(_pos("peak_flops", peak_flops), _pos("intensity", intensity) * _pos("bandwidth", bandwidth))
+    peak = checks.positive("peak_flops", peak_flops)
+    return min(peak, checks.positive("intensity", intensity) * checks.positive("bandwidth", bandwidth))
 
 
 def bound(intensity: float, peak_flops: float, bandwidth: float) -> str:
     """"memory" when the intensity is below the ridge point, else "compute". Taught in chapter 6."""
-    return "memory" if _pos("intensity", intensity) < ridge_point(peak_flops, bandwidth) else "compute"
+    return "memory" if checks.positive("intensity", intensity) < ridge_point(peak_flops, bandwidth) else "compute"
 
 
 def default_shapes(fast: bool = False, device_type: str = "cpu") -> list[tuple[int, int, int]]:
@@ -124,12 +117,11 @@ def time_matmul(m: int, n: int, k: int, *, device="cpu", dtype: str = "fp32", re
     import numpy as np
     import torch
 
-    from labkit.hardware import resolve_device, time_fn
+    from labkit.hardware.measure import resolve_device, time_fn
 
-    for name, v in (("m", m), ("n", n), ("k", k)):
-        _dim(name, v)
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats!r}, warmup={warmup!r}")
+    m, n, k = _dims(m, n, k)
+    checks.count("repeats", repeats)
+    checks.count("warmup", warmup, at_least=0)
     dev = resolve_device(device)
     g = torch.Generator().manual_seed(seed)
     td = _torch_dtype(dtype)
@@ -153,8 +145,8 @@ def sweep_matmul(shapes=None, *, device="cpu", dtype: str = "fp32", peak_flops: 
     """
     import pandas as pd
 
-    peak, bw = _pos("peak_flops", peak_flops), _pos("bandwidth", bandwidth)
-    from labkit.hardware import resolve_device
+    peak, bw = checks.positive("peak_flops", peak_flops), checks.positive("bandwidth", bandwidth)
+    from labkit.hardware.measure import resolve_device
 
     shapes = default_shapes(fast, resolve_device(device).type) if shapes is None else list(shapes)
     if not shapes:

@@ -21,120 +21,43 @@ chapter 29 (more GPUs, slower training) reuse it.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from labkit import checks
+from labkit.perf.steptime import StepParts, decompose, step_time  # noqa: F401 - taught in chapter 5
 
 __all__ = ["speedup", "strong_efficiency", "weak_efficiency", "throughput_efficiency", "step_time",
            "StepParts", "decompose", "amdahl_speedup", "gustafson_speedup", "scaling_table", "measure_scaling"]
 
 
-def _num(name: str, v, *, positive: bool = True) -> float:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number, got {type(v).__name__} {v!r}") from None
-    if not math.isfinite(x) or x < 0 or (positive and x == 0):
-        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
-    return x
-
-
-def _n(name: str, n) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{name} must be an int >= 1 (number of devices), got {n!r}")
-    return n
-
-
 def speedup(t1_s: float, tn_s: float) -> float:
     """S = t_1 / t_N for the same global work (strong scaling). Taught in chapter 5."""
-    return _num("t1_s", t1_s) / _num("tn_s", tn_s)
+    return checks.positive("t1_s", t1_s) / checks.positive("tn_s", tn_s)
 
 
 def strong_efficiency(t1_s: float, tn_s: float, n: int) -> float:
     """E = t_1 / (N · t_N): 1.0 is linear speedup. Taught in chapter 5."""
-    return speedup(t1_s, tn_s) / _n("n", n)
+    return speedup(t1_s, tn_s) / checks.count("n", n)
 
 
 def weak_efficiency(t1_s: float, tn_s: float) -> float:
     """E = t_1 / t_N for steps of the same per-device work (weak scaling). Taught in chapter 5."""
-    return _num("t1_s", t1_s) / _num("tn_s", tn_s)
+    return checks.positive("t1_s", t1_s) / checks.positive("tn_s", tn_s)
 
 
 def throughput_efficiency(x1: float, xn: float, n: int) -> float:
     """E = X_N / (N · X_1) from global throughputs (tokens/s); valid for strong and weak scaling."""
-    return _num("xn", xn) / (_n("n", n) * _num("x1", x1))
-
-
-def step_time(compute_s: float, comm_s: float, sync_s: float = 0.0, *, overlap: bool | float = True) -> float:
-    """Modelled step time from its parts.
-
-    ``overlap=True``: max(compute, comm) + sync; ``False``: compute + comm + sync; a float f in [0, 1]
-    hides that fraction of the overlappable part: compute + comm − f·min(compute, comm) + sync.
-    Taught in chapter 5.
-    """
-    c, m, s = _num("compute_s", compute_s, positive=False), _num("comm_s", comm_s, positive=False), \
-        _num("sync_s", sync_s, positive=False)
-    if isinstance(overlap, bool):
-        f = 1.0 if overlap else 0.0
-    else:
-        f = _num("overlap", overlap, positive=False)
-        if f > 1:
-            raise ValueError(f"overlap must be True, False or a fraction in [0, 1], got {overlap!r}")
-    return c + m - f * min(c, m) + s
-
-
-@dataclass(frozen=True)
-class StepParts:
-    """The parts of one data-parallel step, in seconds (per device)."""
-
-    compute_s: float
-    comm_s: float
-    sync_s: float = 0.0
-
-    def step(self, overlap: bool | float = True) -> float:
-        return step_time(self.compute_s, self.comm_s, self.sync_s, overlap=overlap)
-
-    def exposed_comm(self, overlap: bool | float = True) -> float:
-        """Communication time not hidden under compute."""
-        return self.step(overlap) - self.compute_s - self.sync_s
-
-
-def decompose(t1_s: float, n: int, serial_step_s: float, overlapped_step_s: float) -> StepParts:
-    """Rebuild compute/comm/sync from a case's numbers (strong scaling, work split perfectly).
-
-    compute = t_1/N; the two step models differ by min(compute, comm), so
-    comm = serial − overlapped (when that is < compute) and sync = overlapped − max(compute, comm).
-    Raises ValueError when the numbers cannot come from this model. Taught in chapter 5 (BERT-large case).
-    """
-    t1, n = _num("t1_s", t1_s), _n("n", n)
-    ts, to = _num("serial_step_s", serial_step_s), _num("overlapped_step_s", overlapped_step_s)
-    compute = t1 / n
-    if to > ts:
-        raise ValueError(f"overlapped_step_s ({to}) cannot exceed serial_step_s ({ts})")
-    hidden = ts - to                      # = min(compute, comm)
-    if hidden > compute + 1e-12:
-        raise ValueError(f"serial − overlapped = {hidden:.4g} s exceeds compute t1/N = {compute:.4g} s; "
-                         "overlap can hide at most the compute time")
-    comm = hidden
-    sync = to - max(compute, comm)
-    if sync < -1e-12:
-        raise ValueError(f"overlapped_step_s ({to}) is below max(compute, comm) = {max(compute, comm):.4g} s")
-    return StepParts(compute_s=compute, comm_s=comm, sync_s=max(sync, 0.0))
+    return checks.positive("xn", xn) / (checks.count("n", n) * checks.positive("x1", x1))
 
 
 def amdahl_speedup(serial_fraction: float, n: int) -> float:
     """Amdahl (1967): S = 1 / (s + (1 − s)/N), the strong-scaling ceiling. Taught in chapter 5."""
-    s = _num("serial_fraction", serial_fraction, positive=False)
-    if s > 1:
-        raise ValueError(f"serial_fraction must be in [0, 1], got {serial_fraction!r}")
-    return 1.0 / (s + (1.0 - s) / _n("n", n))
+    s = checks.fraction("serial_fraction", serial_fraction)
+    return 1.0 / (s + (1.0 - s) / checks.count("n", n))
 
 
 def gustafson_speedup(serial_fraction: float, n: int) -> float:
     """Gustafson (1988): scaled speedup S = N − s·(N − 1), the weak-scaling view. Taught in chapter 5."""
-    s = _num("serial_fraction", serial_fraction, positive=False)
-    if s > 1:
-        raise ValueError(f"serial_fraction must be in [0, 1], got {serial_fraction!r}")
-    n = _n("n", n)
+    s = checks.fraction("serial_fraction", serial_fraction)
+    n = checks.count("n", n)
     return n - s * (n - 1)
 
 
@@ -150,11 +73,11 @@ def scaling_table(throughput: dict[int, float], *, mode: str = "strong"):
         raise ValueError(f"mode must be 'strong' or 'weak', got {mode!r}")
     if 1 not in throughput:
         raise ValueError(f"throughput needs the 1-device baseline (key 1); got keys {sorted(throughput)}")
-    x1 = _num("throughput[1]", throughput[1])
+    x1 = checks.positive("throughput[1]", throughput[1])
     rows = []
     for n in sorted(throughput):
-        xn = _num(f"throughput[{n}]", throughput[n])
-        rows.append({"devices": _n("n", n), "mode": mode, "tokens/s": xn, "speedup": xn / x1,
+        xn = checks.positive(f"throughput[{n}]", throughput[n])
+        rows.append({"devices": checks.count("n", n), "mode": mode, "tokens/s": xn, "speedup": xn / x1,
                      "ideal": float(n), "efficiency": throughput_efficiency(x1, xn, n)})
     return pd.DataFrame(rows)
 
@@ -171,11 +94,11 @@ def measure_scaling(base, nprocs=(1, 2), *, mode: str = "strong", threads_per_ra
     cores ÷ ranks). Returns (table, {N: RunRecord}); the table is :func:`scaling_table` plus step times.
     Taught in chapter 5.
     """
-    from labkit.launcher import launch
+    from labkit.launcher.parent import launch
 
     if mode not in ("strong", "weak"):
         raise ValueError(f"mode must be 'strong' or 'weak', got {mode!r}")
-    counts = sorted({_n("nprocs", n) for n in nprocs})
+    counts = sorted({checks.count("nprocs", n) for n in nprocs})
     if 1 not in counts:
         raise ValueError(f"nprocs must include 1 (the baseline), got {list(nprocs)}")
     bad = [n for n in counts if mode == "strong" and base.micro_batch % n]

@@ -6,9 +6,9 @@ chapter 20 (FSDP knobs).
 :func:`sweep` runs every point of a grid as a real multi-rank training run — through
 :func:`labkit.train.run` for knobs :class:`labkit.train.TrainConfig` covers (``bucket_cap_mb``,
 ``reshard_after_forward``, ``mp_policy``, ``checkpoint``, ``micro_batch``/``accum``, ``dtype``,
-``parallel``), through :func:`labkit.tune_fsdp.fsdp_rank` for FSDP1 knobs (``sharding_strategy``,
-``limit_all_gathers``, ``backward_prefetch``, ``forward_prefetch``) and FSDP2 explicit ``prefetch`` —
-and tabulates tokens/s, MFU, step-time spread, peak memory, the predicted model-state bytes per
+``parallel``, FSDP2 explicit ``prefetch``, and with ``parallel="fsdp1"`` the FSDP1 knobs
+``sharding_strategy``, ``limit_all_gathers``, ``backward_prefetch``, ``forward_prefetch``) — the one
+training loop, so every point's record is built the same way — and tabulates tokens/s, MFU, step-time spread, peak memory, the predicted model-state bytes per
 rank (:func:`labkit.memory.model_state_bytes`) and, given a fitted :class:`labkit.comm.AlphaBeta`,
 the estimated communication share of a step. The recommendation says *why*, and says "within noise"
 when the step-time spreads overlap (on 2 CPU cores overlap and prefetch gains are invisible —
@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from labkit.comm_models import ring_time
-from labkit.memory import activation_bytes, comm_buffer_bytes, model_state_bytes
-from labkit.tune_fsdp import FsdpConfig, fsdp_rank
+from labkit.memory.estimate import activation_bytes, comm_buffer_bytes, model_state_bytes
+from labkit.perf.steptime import data_parallel_comm_s
+
+estimate_comm_s = data_parallel_comm_s     # the name chapters 19/20 used before labkit.perf
 
 
 def fixed_batch_pairs(seqs_per_rank: int, micro_batches=None) -> list[tuple[int, int]]:
@@ -69,36 +70,6 @@ def _label(point: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in point.items())
 
 
-def estimate_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta) -> float:
-    """α–β estimate of the communication seconds per optimizer step of ``cfg`` (ring model).
-
-    ``params``: the model (exact DDP buckets, :func:`labkit.memory.ddp_bucket_sizes`) or a parameter count.
-    DDP: one all-reduce per gradient bucket, once per step (``no_sync`` during accumulation). FSDP: per micro-batch an all-gather of the parameters in
-    forward and, when resharding after forward, again in backward; per step one reduce-scatter of the
-    gradients; ``n_units`` collectives each. Taught in chapter 19 and chapter 20.
-    """
-    if nranks < 2 or alpha_beta is None:
-        return 0.0
-    n_params = params if isinstance(params, int) else sum(p.numel() for p in dict.fromkeys(params.parameters()))
-    a, b = alpha_beta.alpha_s, alpha_beta.beta_s_per_byte
-    parallel = getattr(cfg, "parallel", "fsdp")
-    low = getattr(cfg, "mp_policy", None) == "bf16"
-    if parallel == "ddp":
-        bufs = comm_buffer_bytes(params, strategy="ddp", precision="fp32", bucket_cap_mb=cfg.bucket_cap_mb)
-        return sum(ring_time("all_reduce", s, nranks, alpha=a, beta=b) for s in bufs["bucket_bytes"])
-    if parallel == "single":
-        return 0.0
-    reshard = getattr(cfg, "reshard_after_forward", True)
-    if isinstance(cfg, FsdpConfig) and cfg.version == 1:
-        if cfg.sharding_strategy == "NO_SHARD":
-            return n_units * ring_time("all_reduce", n_params * 4 / n_units, nranks, alpha=a, beta=b)
-        reshard = cfg.sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
-    pbytes = n_params * (2 if low else 4)
-    ag = ring_time("all_gather", pbytes / n_units, nranks, alpha=a, beta=b) * n_units
-    rs = ring_time("reduce_scatter", n_params * 4 / n_units, nranks, alpha=a, beta=b) * n_units
-    return cfg.accum * ag * (2 if reshard else 1) + rs
-
-
 @dataclass
 class SweepResult:
     """``table``: one row per grid point; ``best``: the recommended row (a dict); ``recommendation``:
@@ -126,11 +97,10 @@ def _row(point, rec, cfg, nprocs, alpha_beta, budget) -> dict:
     n_params = flops.n_params(mcfg.shape())
     with torch.device("meta"):       # shapes only, no memory: exact DDP buckets for the estimate
         shapes = GPT(mcfg)
-    strategy = rec.extra.get("strategy") or {"ddp": "ddp", "single": "ddp", "fsdp": (
-        "fsdp_full" if getattr(cfg, "reshard_after_forward", True) else "fsdp_grad_op")}[cfg.parallel]
+    strategy = cfg.memory_strategy
     mstate = model_state_bytes(n_params, strategy=strategy, n_ranks=nprocs, precision="fp32").model_states
     st = rec.step_time
-    comm = estimate_comm_s(cfg, shapes, mcfg.n_layers + 1, nprocs, alpha_beta)
+    comm = data_parallel_comm_s(cfg, shapes, mcfg.n_layers + 1, nprocs, alpha_beta)
     row = {"config": _label(point), **{str(k): v for k, v in point.items()},
            "step_ms": st.median * 1e3 if st else float("nan"),
            "p10_ms": st.p10 * 1e3 if st else float("nan"), "p90_ms": st.p90 * 1e3 if st else float("nan"),
@@ -211,14 +181,16 @@ def sweep(base, grid: dict, *, nprocs: int = 2, progress: bool = True, memory_bu
           alpha_beta="fit", timeout_s: float = 600, runner=None) -> SweepResult:
     """Run every point of ``grid`` (knob → values) on ``nprocs`` ranks and recommend one.
 
-    ``base``: a :class:`labkit.train.TrainConfig` or a :class:`labkit.tune_fsdp.FsdpConfig`.
+    ``base``: a :class:`labkit.train.TrainConfig` (FSDP1 knobs with ``parallel="fsdp1"``).
     ``alpha_beta``: a fitted :class:`labkit.comm.AlphaBeta` to estimate the communication share;
     ``"fit"`` (default) measures one first with :func:`fit_link` on the same ranks; None skips it.
     ``runner(cfg, nprocs) -> RunRecord`` replaces the default launcher (tests, custom loops).
     Taught in chapter 15, chapter 19 (DDP bucket_cap_mb) and chapter 20 (FSDP knobs).
     """
-    if not dataclasses.is_dataclass(base):
-        raise TypeError(f"base must be a TrainConfig or FsdpConfig, got {type(base).__name__}")
+    from labkit.train import TrainConfig
+
+    if not isinstance(base, TrainConfig):
+        raise TypeError(f"base must be a labkit.train.TrainConfig, got {type(base).__name__}")
     names = {f.name for f in dataclasses.fields(base)}
     points = _points(grid)
     bad = sorted({k for p in points for k in p} - names)
@@ -244,13 +216,6 @@ def sweep(base, grid: dict, *, nprocs: int = 2, progress: bool = True, memory_bu
 
 
 def _default_runner(base, timeout_s):
-    if isinstance(base, FsdpConfig):
-        def run_fsdp(cfg, nprocs):
-            from labkit.launcher import launch
-
-            return launch(fsdp_rank, nprocs, args=(cfg,), timeout_s=timeout_s, stream=False).value
-        return run_fsdp
-
     def run_train(cfg, nprocs):
         from labkit.train import run
 
@@ -301,19 +266,17 @@ def predicted_bytes(cfg, micro_batch: int, nprocs: int = 1) -> float:
     mcfg = gpt_config(cfg.model)
     shape = mcfg.shape()
     n = flops.n_params(shape)
-    parallel = getattr(cfg, "parallel", "fsdp")
-    strategy = "ddp" if parallel in ("ddp", "single") else (
-        "fsdp_full" if getattr(cfg, "reshard_after_forward", True) else "fsdp_grad_op")
-    bf16 = getattr(cfg, "dtype", "fp32") == "bf16" or getattr(cfg, "mp_policy", None) == "bf16"
+    parallel, strategy = cfg.parallel, cfg.memory_strategy
+    bf16 = cfg.compute_dtype == "bf16"
     precision = "bf16_autocast" if bf16 else "fp32"
     states = model_state_bytes(n, strategy=strategy, n_ranks=nprocs, precision=precision).model_states
-    acts = activation_bytes(mcfg, micro_batch, recompute="full" if getattr(cfg, "checkpoint", False) else "none",
-                            dtype_bytes=2 if bf16 else 4, flash_attention=getattr(cfg, "attention", "sdpa") == "sdpa",
+    acts = activation_bytes(mcfg, micro_batch, recompute="full" if cfg.checkpoint else "none",
+                            dtype_bytes=2 if bf16 else 4, flash_attention=cfg.attention == "sdpa",
                             include_head=True)
     unit = n // (mcfg.n_layers + 1)
     bufs = 0 if parallel == "single" else comm_buffer_bytes(
         n, strategy=strategy, n_ranks=nprocs, precision=precision, unit_params=unit,
-        bucket_cap_mb=getattr(cfg, "bucket_cap_mb", 25.0))["bytes"]
+        bucket_cap_mb=cfg.bucket_cap_mb)["bytes"]
     return states + acts + bufs
 
 
@@ -321,11 +284,10 @@ def _measured_fits(cfg, budget, device):
     """fits(mb) from exact bytes on this device: model states + saved activations of one forward."""
     import torch
 
-    from labkit.memory import measure_activation_bytes
+    from labkit.memory.tensors import measure_activation_bytes
     from labkit.models import GPT, gpt_config
 
-    mcfg = gpt_config(cfg.model, checkpoint=getattr(cfg, "checkpoint", False),
-                      attention=getattr(cfg, "attention", "sdpa"))
+    mcfg = gpt_config(cfg.model, checkpoint=cfg.checkpoint, attention=cfg.attention)
     model = GPT(mcfg).to(device)
     states = sum(p.numel() * p.element_size() for p in model.parameters()) * 4  # params, grads, Adam m, v
 
@@ -358,9 +320,9 @@ def largest_micro_batch(cfg, *, memory_budget_bytes: float | None = None, nprocs
         raise ValueError(f"method={method!r} is not valid; choose 'model' or 'measure'")
     if memory_budget_bytes is not None and memory_budget_bytes <= 0:
         raise ValueError(f"memory_budget_bytes={memory_budget_bytes} must be > 0")
-    from labkit.hardware import resolve_device
+    from labkit.hardware.measure import resolve_device
 
-    device = resolve_device(getattr(cfg, "device", "auto"))
+    device = resolve_device(cfg.device)
     if memory_budget_bytes is None and not (method == "measure" and device.type == "cuda"):
         raise ValueError("memory_budget_bytes is needed on CPU (there is no out-of-memory to probe); "
                          "pass e.g. memory_budget_bytes=8 * 2**30, or method='measure' on a GPU")

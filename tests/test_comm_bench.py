@@ -1,11 +1,11 @@
-"""Live collective benchmark on gloo ranks (labkit.comm_bench) and the α–β fit on it."""
+"""Live collective benchmark on gloo ranks (labkit.comm.bench) and the α–β fit on it."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from labkit import comm
-from labkit import comm_bench as cb
+from labkit.comm import bench as cb
 
 
 def test_benchmark_table_and_fit_on_two_gloo_ranks():

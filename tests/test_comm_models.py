@@ -1,4 +1,4 @@
-"""busbw conventions and α–β models (labkit.comm_models).
+"""busbw conventions and α–β models (labkit.comm.models).
 
 Factors: NVIDIA/nccl-tests doc/PERFORMANCE.md ("Summary": AllReduce 2(n-1)/n, ReduceScatter (n-1)/n,
 AllGather (n-1)/n, Broadcast 1, Reduce 1, AlltoAll (n-1)/n),

@@ -1,4 +1,4 @@
-"""Parsers of nccl-tests output, NCCL_DEBUG=INFO logs and `nvidia-smi topo -m` (labkit.comm_parse).
+"""Parsers of nccl-tests output, NCCL_DEBUG=INFO logs and `nvidia-smi topo -m` (labkit.comm.parse and the files behind it).
 
 Real inputs are SHORT quoted lines of public outputs, cited by URL beside each; whole files are the
 SYNTHETIC datasets in datasets/comm/ (see its README).
@@ -194,7 +194,7 @@ def test_topology_real_matrices():
 def test_topology_synthetic_dgx():
     t = comm.parse_topology(dataset("comm", "topo_dgx_h100_like.SYNTHETIC.txt").read_text())
     assert len(t.gpus) == 8 and t.nvlinks("GPU0", "GPU7") == 18
-    assert t.link("GPU0", "NIC0") == "PIX" and t.link("GPU0", "NIC4") == "SYS"
+    assert t.link("GPU0", "NIC0") == "PXB" and t.link("GPU0", "NIC4") == "SYS"   # NIC behind its GPU's switch
     assert t.nic_names["NIC3"] == "mlx5_3" and set(t.numa_affinity.values()) == {"0", "1"}
 
 

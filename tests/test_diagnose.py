@@ -8,10 +8,11 @@ import pytest
 
 from labkit.cli import main as cli_main
 from labkit.diagnose import FAMILIES, Thresholds, diagnose
+from labkit.diagnose.workloads import run_workloads, workload
 from labkit.record import RunRecord, Stat
-from labkit.synthetic import SyntheticSpec, write_traces
 from labkit.trace import analyze
-from labkit.trace_workload import WorkloadConfig, run_workloads
+from labkit.trace.synthetic import SyntheticSpec, write_traces
+from labkit.train import TrainConfig
 
 
 def _rec(**kw):
@@ -114,7 +115,7 @@ def live(tmp_path_factory):
     """The four injected runs in one launch of 2 gloo ranks (starting processes is the slow part)."""
     kinds = ("data", "comm", "compute", "memory")
     dirs = [tmp_path_factory.mktemp(f"inject_{k}") for k in kinds]
-    recs = run_workloads([WorkloadConfig(inject=k, **SMALL) for k in kinds], dirs)
+    recs = run_workloads([workload(k, **SMALL) for k in kinds], dirs)
     runs = {k: (r, analyze(d)) for k, r, d in zip(kinds, recs, dirs, strict=True)}
     return runs.__getitem__
 
@@ -165,10 +166,12 @@ def test_injected_memory_budget_is_memory(live):
 
 
 def test_workload_config_validation():
-    with pytest.raises(ValueError, match="inject"):
-        WorkloadConfig(inject="network")
+    with pytest.raises(ValueError, match="inject='network'"):
+        workload("network")
     with pytest.raises(ValueError, match="inject_share"):
-        WorkloadConfig(inject_share=1.5)
+        TrainConfig(inject="data", inject_share=1.5)
+    with pytest.raises(TypeError, match="TrainConfig"):
+        run_workloads([{"inject": "data"}], ["/tmp"])
 
 
 # ---------------------------------------------------------------- CLI

@@ -141,7 +141,7 @@ def test_flops_per_step_counts_real_tokens():
 @pytest.mark.parametrize(("kwargs", "match"), [
     (dict(n_layers=0), "n_layers=0"), (dict(d_model=-1), "d_model=-1"), (dict(n_heads=5), "divisible"),
     (dict(n_kv_heads=3), "n_kv_heads=3"), (dict(ffn="relu"), "ffn='relu'"),
-    (dict(top_k=3, n_experts=2), "top_k=3"), (dict(seq_len=1.5), "seq_len=1.5"),
+    (dict(top_k=3, n_experts=2), "top_k=3"), (dict(seq_len=1.5), "seq_len must be an int, got float 1.5"),
 ])
 def test_bad_shapes_name_the_parameter(kwargs, match):
     base = dict(n_layers=2, d_model=64, n_heads=4, vocab_size=100, seq_len=16)

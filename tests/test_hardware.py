@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from labkit import hardware as hw
+from labkit.hardware import catalogue, measure
 
 # Real torch.cuda.get_device_name() strings -> the part they are. Sources: the strings printed by
 # nvidia-smi / torch on those parts (e.g. nanoGPT and torchtitan issue logs, vendor docs).
@@ -77,7 +78,7 @@ def test_catalogue_refuses_an_alias_claimed_twice():
     a = hw.DeviceSpec("X1", "v", {"bf16": 1.0}, 1, 1.0, "src", aliases=("Foo X",))
     b = hw.DeviceSpec("X2", "v", {"bf16": 1.0}, 1, 1.0, "src", aliases=("foo-x",))
     with pytest.raises(ValueError, match="ambiguous alias"):
-        hw._build_catalogue([a, b])
+        catalogue._build_catalogue([a, b])
 
 
 def test_required_parts_present_with_sources_and_dense_peaks():
@@ -185,8 +186,8 @@ def test_remeasure_keeps_the_better_peak(monkeypatch):
         return hw.PeakMeasurement(flops=next(rates), shape=(8, 8, 8), dtype=dtype, device=str(device),
                                   table=[], seconds=0.0)
 
-    monkeypatch.setattr(hw, "measure_matmul_peak", fake)
-    monkeypatch.setattr(hw, "_MEASURED", {})
+    monkeypatch.setattr(measure, "measure_matmul_peak", fake)     # resolve_peak's module, not the face
+    monkeypatch.setattr(measure, "_MEASURED", {})
     assert hw.resolve_peak("cpu", "fp32")[0] == 1e9
     assert hw.remeasure_peak("cpu", "fp32").flops == 5e9
     assert hw.resolve_peak("cpu", "fp32")[0] == 5e9       # later resolutions use the better figure

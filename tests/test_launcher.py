@@ -13,7 +13,7 @@ import pytest
 
 import labkit
 from labkit import launcher
-from labkit.launcher import LaunchError, launch
+from labkit.launcher import LaunchError, launch, parent
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -314,8 +314,8 @@ def test_backend_choice_with_fake_gpus(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert launcher._choose_backend("auto", 2) == "nccl"
-    assert launcher._choose_backend("auto", 4) == "gloo"
-    assert launcher._choose_backend("gloo", 2) == "gloo"
+    assert parent._choose_backend("auto", 2) == "nccl"
+    assert parent._choose_backend("auto", 4) == "gloo"
+    assert parent._choose_backend("gloo", 2) == "gloo"
     with pytest.raises(ValueError, match="nprocs=4 but 2 GPU"):
-        launcher._choose_backend("nccl", 4)
+        parent._choose_backend("nccl", 4)

@@ -193,3 +193,29 @@ def test_real_cuda_events_time_gpu_work():
     s = m.summary()
     assert s["clock"] == "cuda_event" and s["step_time"].median > 1e-5
     assert s["phases"]["forward"].median <= s["step_time"].median * 1.01
+
+
+def test_nvtx_ranges_wrap_each_step_and_phase():
+    """ranges= opens a range per step and per phase, warm-up steps included, balanced (chapter 10)."""
+    from labkit.meter import Meter
+
+    class FakeNvtx:
+        def __init__(self):
+            self.events = []
+
+        def range_push(self, name):
+            self.events.append(("push", name))
+
+        def range_pop(self):
+            self.events.append(("pop",))
+
+    fake = FakeNvtx()
+    m = Meter(device="cpu", warmup_steps=1, ranges=fake)
+    for _ in range(2):
+        with m.step():
+            with m.phase("forward"):
+                pass
+    assert fake.events == [("push", "step 0"), ("push", "forward"), ("pop",), ("pop",),
+                           ("push", "step 1"), ("push", "forward"), ("pop",), ("pop",)]
+    assert m.n_steps == 1
+    assert Meter(device="cpu", ranges="nvtx")._ranges is None     # no CUDA device: no NVTX

@@ -80,7 +80,7 @@ def test_tokens_per_s_helpers():
 @pytest.mark.parametrize(("kwargs", "match"), [
     (dict(tokens_per_s=0), "tokens_per_s=0"), (dict(tokens_per_s=-1.0), "tokens_per_s=-1.0"),
     (dict(flops_per_token=0), "flops_per_token=0"), (dict(n_devices=0), "n_devices=0"),
-    (dict(n_devices=1.5), "n_devices=1.5"), (dict(peak_flops=float("nan")), "peak_flops=nan"),
+    (dict(n_devices=1.5), "n_devices must be an int, got float 1.5"), (dict(peak_flops=float("nan")), "peak_flops=nan"),
 ])
 def test_bad_inputs_name_the_parameter(kwargs, match):
     base = dict(tokens_per_s=1e3, flops_per_token=1e9, n_devices=1, peak_flops=1e14)

@@ -1,4 +1,5 @@
-"""labkit.nsys: nsys stats CSV parser, SQLite export reader, analysis, synthetic reports."""
+"""labkit.nsys: nsys stats CSV parser, SQLite export reader, analysis, synthetic reports; labkit.streams
+(chapter 7's model of a CUDA stream, formerly in labkit.nsys)."""
 from __future__ import annotations
 
 import sqlite3
@@ -6,7 +7,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from labkit import nsys
+from labkit import nsys, streams
 from labkit.paths import dataset
 
 # Shape of `nsys stats --report nvtx_sum --format csv` (columns of the nsys 2023+ report scripts).
@@ -125,7 +126,7 @@ def test_toy_stream_is_asynchronous_and_ordered():
     import time
 
     order = []
-    with nsys.ToyStream() as s:
+    with streams.ToyStream() as s:
         t = time.perf_counter()
         s.launch(time.sleep, 0.05)
         s.launch(order.append, "second")
@@ -135,7 +136,14 @@ def test_toy_stream_is_asynchronous_and_ordered():
     assert launched < 0.03 <= 0.05 <= done            # launch returns at once; synchronize waits for the work
     assert order == ["second"]
     with pytest.raises(ValueError, match="host_ms"):
-        nsys.async_timing_demo(host_ms=-1)
+        streams.async_timing_demo(host_ms=-1)
+
+
+def test_stream_model_keeps_its_old_nsys_names_for_one_release():
+    with pytest.warns(DeprecationWarning, match="labkit.streams"):
+        assert nsys.ToyStream is streams.ToyStream
+    with pytest.warns(DeprecationWarning, match="labkit.streams"):
+        assert nsys.async_timing_demo is streams.async_timing_demo
 
 
 def test_plot_timeline_draws_every_row(tmp_path):

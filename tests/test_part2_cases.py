@@ -99,8 +99,9 @@ def test_recorded_nccl_debug_log_names_sockets():
     ({"comm_us": 1000, "hidden_us": 800, "host_wait_us": 3500, "data_wait": True}, "data"),
 ])
 def test_diagnose_names_the_family_of_the_chapter14_recorded_runs(tmp_path, spec_kw, family):
-    from labkit import diagnose, synthetic, trace
+    from labkit import diagnose, trace
     from labkit.record import RunRecord, Stat
+    from labkit.trace import synthetic
 
     spec = synthetic.SyntheticSpec(world_size=8, steps=4, compute_us=6000, seed=0, **spec_kw)
     synthetic.write_traces(spec, tmp_path)

@@ -13,7 +13,7 @@ def test_matmul_counts():
     assert ai == pytest.approx(4096 / 3, rel=1e-9)       # 2n^3 / (3 n^2 * 2 bytes)
     with pytest.raises(ValueError, match="dtype"):
         roofline.matmul_bytes(1, 1, 1, "fp4")
-    with pytest.raises(ValueError, match="m must be an int"):
+    with pytest.raises(ValueError, match="m=0 is not valid: use an int >= 1"):
         roofline.matmul_flops(0, 1, 1)
 
 

@@ -39,7 +39,7 @@ def test_decompose_rejects_impossible_cases():
         scaling.decompose(360, 4, 100, 150)
     with pytest.raises(ValueError, match="overlap can hide at most"):
         scaling.decompose(360, 4, 300, 100)
-    with pytest.raises(ValueError, match="n must be an int"):
+    with pytest.raises(ValueError, match="n=0 is not valid: use an int >= 1"):
         scaling.decompose(360, 0, 300, 100)
 
 

@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from labkit import trace_intervals as iv
+import labkit.intervals as iv
 from labkit.cli import main as cli_main
 from labkit.record import RunRecord
-from labkit.synthetic import NCCL_NAMES, SyntheticSpec, expected, gpu_trace, write_traces
 from labkit.trace import analyze, load
-from labkit.trace_breakdown import collective_type
+from labkit.trace.breakdown import collective_type
+from labkit.trace.synthetic import NCCL_NAMES, SyntheticSpec, expected, gpu_trace, write_traces
 
 PARTS = ("compute", "comm_exposed", "comm_hidden", "memcpy", "idle_host_wait", "idle_other", "total", "data_wait")
 
@@ -214,7 +214,26 @@ def test_synthetic_spec_validation_and_label():
         SyntheticSpec(nccl_names="nope")
     doc = gpu_trace(SyntheticSpec(), 0)
     assert doc["labkit_synthetic"]["SYNTHETIC"] is True
+    assert doc["labkit_synthetic"]["generator"] == "labkit.trace.synthetic.synthesize_trace"
     assert gpu_trace(SyntheticSpec(seed=1), 0) == gpu_trace(SyntheticSpec(seed=1), 0)
+    with pytest.raises(ValueError, match="world_size"):
+        SyntheticSpec(world_size=0)
+
+
+def test_old_module_names_and_generator_names_resolve():
+    """``labkit.synthetic`` & co. moved in 0.2 and keep working (the same module objects) until 0.3."""
+    import importlib
+    import warnings
+
+    from labkit.trace import synthetic
+
+    assert synthetic.gpu_trace is synthetic.synthesize_trace and synthetic.write_traces is synthetic.synthesize_traces
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert importlib.import_module("labkit.synthetic") is synthetic
+        assert importlib.import_module("labkit.trace_intervals") is iv
+        assert importlib.import_module("labkit.trace_load").read_ranks is importlib.import_module(
+            "labkit.trace.load").read_ranks
 
 
 # ---------------------------------------------------------------- CLI

@@ -154,14 +154,14 @@ def test_under_plain_torchrun(tmp_path):
 
 def test_peak_memory_uses_the_cuda_allocator_on_gpu(monkeypatch):
     """The thin CUDA branch of the record's peak memory, with a fake device and allocator."""
-    from labkit import train as train_mod
+    from labkit.train import peak_memory
 
     class FakeCuda:
         type = "cuda"
 
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda dev: 123_456)
-    assert train_mod._peak_memory(FakeCuda()) == (123_456, "cuda.max_memory_allocated")
-    n, kind = train_mod._peak_memory(torch.device("cpu"))
+    assert peak_memory(FakeCuda()) == (123_456, "cuda.max_memory_allocated")
+    n, kind = peak_memory(torch.device("cpu"))
     assert n > 0 and kind.startswith("ru_maxrss")
 
 

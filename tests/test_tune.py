@@ -6,7 +6,7 @@ import pytest
 
 from labkit import tune
 from labkit.record import RunRecord, Stat
-from labkit.tune_fsdp import FsdpConfig
+from labkit.train import TrainConfig
 
 
 def test_search_doubles_then_bisects():
@@ -86,13 +86,13 @@ def test_grid_points_and_bad_knobs():
     with pytest.raises(ValueError, match="do not divide"):
         tune.fixed_batch_pairs(8, [3])
     with pytest.raises(ValueError, match="sharding_strategy='HALF'"):
-        FsdpConfig(sharding_strategy="HALF")
+        TrainConfig(parallel="fsdp1", sharding_strategy="HALF")
 
 
 @pytest.mark.slow   # 2 launches: ~10 s on an idle 2-core machine, > 20 s under parallel load
 def test_fsdp1_sweep_on_two_gloo_ranks():
     """A real sweep: FSDP1 FULL_SHARD vs SHARD_GRAD_OP on 2 gloo ranks (device_id=cpu), table + advice."""
-    base = FsdpConfig(steps=3, warmup_steps=1, micro_batch=2, peak_flops=1e11)
+    base = TrainConfig(parallel="fsdp1", steps=3, warmup_steps=1, micro_batch=2, peak_flops=1e11)
     res = tune.sweep(base, {"sharding_strategy": ["FULL_SHARD", "SHARD_GRAD_OP"]}, nprocs=2, progress=False)
     t = res.table
     assert list(t["sharding_strategy"]) == ["FULL_SHARD", "SHARD_GRAD_OP"]

@@ -3,12 +3,12 @@
 Examples::
 
     labkit diagnose                               # default workload: labkit.train, DDP on 2 gloo ranks
-    labkit diagnose --inject data                 # a known bottleneck (labkit.trace_workload)
+    labkit diagnose --inject data                 # a known bottleneck, injected (labkit.diagnose.workloads)
     labkit diagnose --record run.json --trace traces/ --json
 
-``--inject data|compute|comm|memory`` runs :mod:`labkit.trace_workload` (a naive data-parallel loop
-whose bottlenecks can be switched on); without it the default workload is :func:`labkit.train.run`
-with a profiler trace per rank.
+``--inject data|compute|comm|memory`` runs the reference trainer with that bottleneck injected
+(:mod:`labkit.diagnose.workloads`, :mod:`labkit.train.inject`); without it the default workload is
+:func:`labkit.train.run` with a profiler trace per rank.
 
 Taught in chapter 14 (systematic diagnosis).
 """
@@ -55,9 +55,9 @@ def _run(args) -> int:
     else:
         out = args.out or tempfile.mkdtemp(prefix="labkit-diagnose-")
         if args.inject:
-            from labkit.trace_workload import WorkloadConfig, run_workload
+            from labkit.diagnose.workloads import run_workload, workload
 
-            record = run_workload(WorkloadConfig(inject=args.inject, steps=args.steps), out, nprocs=args.nprocs)
+            record = run_workload(workload(args.inject, steps=args.steps), out, nprocs=args.nprocs)
         else:
             from labkit.train import TrainConfig, run
 

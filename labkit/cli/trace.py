@@ -41,7 +41,7 @@ def register(subparsers) -> None:
 
 
 def _analyze(args) -> int:
-    from labkit.trace import analyze
+    from labkit.trace.analysis import analyze
 
     res = analyze(args.path, steps=args.steps)
     print(json.dumps(res.to_dict(), indent=2) if args.json else res.summary())
@@ -49,7 +49,7 @@ def _analyze(args) -> int:
 
 
 def _hta(args) -> int:
-    from labkit.trace import hta_comm_comp_overlap, hta_temporal_breakdown
+    from labkit.trace.hta import hta_comm_comp_overlap, hta_temporal_breakdown
 
     tb = hta_temporal_breakdown(args.path)
     ov = hta_comm_comp_overlap(args.path)
@@ -63,11 +63,11 @@ def _hta(args) -> int:
 
 
 def _synth(args) -> int:
-    from labkit.synthetic import SyntheticSpec, write_traces
+    from labkit.trace.synthetic import SyntheticSpec, synthesize_traces
 
     spec = SyntheticSpec(world_size=args.ranks, steps=args.steps, straggler_rank=args.straggler_rank,
                          straggler_us=args.straggler_us, data_wait=args.data_wait, nccl_names=args.nccl_names,
                          seed=args.seed)
-    for p in write_traces(spec, args.out):
+    for p in synthesize_traces(spec, args.out):
         print(p)
     return 0

@@ -50,8 +50,9 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--micro-batch", type=int, default=4)
-    p.add_argument("--parallel", default="ddp", choices=["single", "ddp", "fsdp"])
-    p.add_argument("--fsdp1", action="store_true", help="sweep FSDP1 knobs (labkit.tune_fsdp)")
+    p.add_argument("--parallel", default="ddp", choices=["single", "ddp", "fsdp", "fsdp1"],
+                   help="fsdp = FSDP2 fully_shard; fsdp1 = FullyShardedDataParallel (its knobs: sharding_strategy, …)")
+    p.add_argument("--fsdp1", action="store_true", help="same as --parallel fsdp1")
     p.add_argument("--peak-tflops", type=float, help="peak per device (skips the live matmul measurement)")
     p.add_argument("--largest-micro-batch", action="store_true")
     p.add_argument("--budget-gib", type=float, help="memory budget per rank, GiB")
@@ -64,16 +65,11 @@ def run(args) -> int:
     from labkit import tune
 
     peak = args.peak_tflops * 1e12 if args.peak_tflops else None
-    if args.fsdp1:
-        from labkit.tune_fsdp import FsdpConfig
+    from labkit.train import TrainConfig
 
-        base = FsdpConfig(model=args.model, steps=args.steps, warmup_steps=args.warmup_steps,
-                          micro_batch=args.micro_batch, peak_flops=peak)
-    else:
-        from labkit.train import TrainConfig
-
-        base = TrainConfig(model=args.model, steps=args.steps, warmup_steps=args.warmup_steps,
-                           micro_batch=args.micro_batch, parallel=args.parallel, peak_flops=peak)
+    base = TrainConfig(model=args.model, steps=args.steps, warmup_steps=args.warmup_steps,
+                       micro_batch=args.micro_batch, parallel="fsdp1" if args.fsdp1 else args.parallel,
+                       peak_flops=peak)
     if args.largest_micro_batch:
         budget = args.budget_gib * 2**30 if args.budget_gib else None
         mb = tune.largest_micro_batch(base, memory_budget_bytes=budget, nprocs=args.nprocs, method=args.method)

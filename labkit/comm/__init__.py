@@ -1,0 +1,68 @@
+"""Communication: bandwidth conventions, α–β models, a live benchmark, parsers and topologies.
+
+Taught in chapter 11 (communication diagnostics) and chapter 23 (multi-node scaling); the synthetic
+2-node 25 Gb/s Ethernet logs serve chapter 29's case.
+
+The code lives in small files; this package is the public face::
+
+    from labkit import comm
+    comm.bus_factor("all_reduce", 8)                 # 1.75, nccl-tests' 2(n-1)/n
+    comm.busbw("all_reduce", 1 << 30, 0.0061, 8)     # bytes/s
+    res = comm.benchmark(["all_reduce"], nprocs=2)   # live, nccl-tests-style table
+    fit = comm.fit_alpha_beta(res.table["size"], res.table["time_us"] * 1e-6, "all_reduce", 2)
+    comm.parse_nccl_tests(open("all_reduce.log").read()).rows
+
+- :mod:`labkit.comm.models` — ``bus_factor``, ``algbw``, ``busbw``, ``ring_time``, ``tree_time``,
+  ``hierarchical_time``, ``fit_alpha_beta`` (sources in its docstring: nccl-tests PERFORMANCE.md,
+  Thakur et al. 2005, Patarasuk & Yuan 2009, Sanders et al. 2009). Pure (layer 1).
+- :mod:`labkit.comm.bench` — ``benchmark`` through ``labkit.launch`` (gloo on CPU, NCCL on GPUs).
+- :mod:`labkit.comm.parse` — the parsers' face: ``parse_nccl_tests`` (:mod:`labkit.comm.nccl_tests`),
+  ``parse_nccl_debug`` (:mod:`labkit.comm.nccl_log`), ``parse_topology`` (:mod:`labkit.comm.topology`),
+  ``detect_format`` and ``strip_prefix`` (:mod:`labkit.comm.pasted`), and ``parse`` that picks one.
+- :mod:`labkit.comm.topology` — ``nvidia-smi topo -m``: ``parse_topology``, ``TOPO_LEGEND`` and
+  ``synthetic_topology``, the one SYNTHETIC DGX-like matrix (also behind ``labkit.telemetry``).
+- :mod:`labkit.comm.synthetic` — seeded SYNTHETIC nccl-tests tables and NCCL logs.
+
+``comm.parse`` is the auto-detecting *function*; the module of that name is ``labkit.comm_parse`` (or
+``from labkit.comm.parse import ...``).
+
+Note for CPU learners: gloo has no native reduce-scatter; ``reduce_scatter_tensor`` runs as an
+all_reduce of the full input, so on CPU its measured busbw is understated (``GLOO_REDUCE_SCATTER_NOTE``).
+"""
+from __future__ import annotations
+
+from labkit.comm.bench import (
+    GLOO_REDUCE_SCATTER_NOTE,
+    BenchResult,
+    bench_rank,
+    benchmark,
+    default_sizes,
+    results_to_table,
+)
+from labkit.comm.models import (
+    OPS,
+    AlphaBeta,
+    algbw,
+    bus_factor,
+    busbw,
+    canonical_op,
+    fit_alpha_beta,
+    hierarchical_time,
+    ring_steps,
+    ring_time,
+    tree_time,
+)
+from labkit.comm.nccl_log import NcclDebugInfo, parse_nccl_debug
+from labkit.comm.nccl_tests import NcclTestsResult, parse_nccl_tests
+from labkit.comm.parse import parse  # the function (it shadows the submodule name on this package)
+from labkit.comm.pasted import detect_format, strip_prefix
+from labkit.comm.synthetic import FABRICS, Fabric, fabric, synthetic_nccl_debug, synthetic_nccl_tests
+from labkit.comm.topology import TOPO_LEGEND, Topology, parse_topology, synthetic_topology
+
+__all__ = [
+    "OPS", "AlphaBeta", "BenchResult", "FABRICS", "Fabric", "GLOO_REDUCE_SCATTER_NOTE", "NcclDebugInfo",
+    "NcclTestsResult", "TOPO_LEGEND", "Topology", "algbw", "bench_rank", "benchmark", "bus_factor", "busbw",
+    "canonical_op", "default_sizes", "detect_format", "fabric", "fit_alpha_beta", "hierarchical_time", "parse",
+    "parse_nccl_debug", "parse_nccl_tests", "parse_topology", "results_to_table", "ring_steps", "ring_time",
+    "strip_prefix", "synthetic_nccl_debug", "synthetic_nccl_tests", "synthetic_topology", "tree_time",
+]

@@ -1,0 +1,278 @@
+"""Bandwidth conventions and α–β cost models of collectives (``labkit.comm.models``, layer 1: pure).
+
+Taught in chapter 11 (communication diagnostics) and chapter 23 (multi-node scaling). Arguments are
+checked with :mod:`labkit.checks` (an error names the parameter, the value and what is valid).
+
+**algbw and busbw** follow nccl-tests (NVIDIA/nccl-tests ``doc/PERFORMANCE.md``,
+https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md): ``algbw = S / t`` and
+``busbw = algbw × factor`` where the factor re-scales the algorithm bandwidth to the bytes each rank's
+link must carry, so busbw can be compared with the hardware's link bandwidth whatever the rank count:
+
+===============  ===================  ==========================================================
+op               factor               S (bytes)
+===============  ===================  ==========================================================
+all_reduce       2(n−1)/n             the buffer each rank holds
+all_gather       (n−1)/n              the *total* (gathered) output = sendcount·n·sizeof
+reduce_scatter   (n−1)/n              the *total* input = recvcount·n·sizeof
+broadcast        1                    the buffer
+reduce           1                    the buffer
+all_to_all       (n−1)/n              the buffer each rank sends (all destinations together)
+send_recv        1                    the buffer
+===============  ===================  ==========================================================
+
+**α–β models.** A message of m bytes over one link costs α + mβ (α latency, β = 1/bandwidth).
+The ring algorithms (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
+workstations", JPDC 2009; Thakur, Rabenseifner & Gropp, "Optimization of collective communication
+operations in MPICH", IJHPCA 2005, §4) cut the buffer into n chunks: reduce-scatter and all-gather
+take n−1 steps of S/n bytes each, all-reduce = reduce-scatter + all-gather = 2(n−1) steps::
+
+    t_ring(all_reduce) = 2(n−1)·α + 2·(n−1)/n · S·β
+
+so the bandwidth term of every ring op is ``bus_factor(op, n) · S · β`` — which is exactly why busbw
+of a bandwidth-bound ring approaches the link bandwidth 1/β. Broadcast and reduce are pipelined
+chains (n−1 hops of latency, S·β of bandwidth, NCCL's ring broadcast/reduce).
+
+Trees: NCCL's double binary tree (Sanders, Speck & Träff, "Two-tree algorithms for full bandwidth
+broadcast, reduction and scan", Parallel Computing 2009) pipelines a reduce up and a broadcast down
+a tree of depth ⌈log2 n⌉: ``t ≈ 2⌈log2 n⌉·α + 2·S·β`` (NCCL maintainers: tree busBw = 2·algBw,
+https://github.com/NVIDIA/nccl-tests/issues/274). Latency grows with log n instead of n, which is why
+NCCL picks trees for small messages at scale. Unpipelined binomial trees pay the full S at every
+level: ``2⌈log2 n⌉·(α + S·β)``.
+
+Two-level hierarchy (chapter 23): with g ranks per node and m nodes, all-reduce = intra-node
+reduce-scatter (S over g) + inter-node all-reduce of S/g over m nodes + intra-node all-gather.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from labkit.checks import ArgumentTypeError, count, nonneg, positive
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
+_ALIASES = {
+    "allreduce": "all_reduce", "all_reduce": "all_reduce",
+    "allgather": "all_gather", "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
+    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "broadcast": "broadcast", "bcast": "broadcast", "reduce": "reduce",
+    "alltoall": "all_to_all", "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
+    "sendrecv": "send_recv", "send_recv": "send_recv", "send/recv": "send_recv", "p2p": "send_recv",
+}
+
+
+def canonical_op(op: str) -> str:
+    """Normalise an op name (``"allreduce"``, ``"all_reduce_perf"``, ``"AllGather"`` …) to one of :data:`OPS`.
+
+    Taught in chapter 11 (communication diagnostics).
+    """
+    if not isinstance(op, str):
+        raise ArgumentTypeError(f"op must be a str, got {type(op).__name__} {op!r}")
+    key = op.strip().lower().replace("-", "_")
+    if key.endswith("_perf"):
+        key = key[: -len("_perf")]
+    key2 = key.replace("_", "")
+    if key in _ALIASES:
+        return _ALIASES[key]
+    if key2 in _ALIASES:
+        return _ALIASES[key2]
+    raise ValueError(f"op={op!r} is not a known collective; valid: {', '.join(OPS)}")
+
+
+def bus_factor(op: str, nranks: int) -> float:
+    """nccl-tests' busbw/algbw factor for ``op`` on ``nranks`` ranks (see the module table).
+
+    Taught in chapter 11 (communication diagnostics).
+    """
+    op = canonical_op(op)
+    n = count("nranks", nranks)
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0  # broadcast, reduce, send_recv
+
+
+def algbw(op: str, size_bytes: float, time_s: float) -> float:
+    """Algorithm bandwidth S/t in bytes/s (nccl-tests: ``algbw = S/t``; S as in the module table).
+
+    Taught in chapter 11 (communication diagnostics).
+    """
+    canonical_op(op)
+    return nonneg("size_bytes", size_bytes) / positive("time_s", time_s)
+
+
+def busbw(op: str, size_bytes: float, time_s: float, nranks: int) -> float:
+    """Bus bandwidth in bytes/s: ``algbw × bus_factor(op, nranks)`` (nccl-tests PERFORMANCE.md).
+
+    Taught in chapter 11 (communication diagnostics) and chapter 23.
+    """
+    return algbw(op, size_bytes, time_s) * bus_factor(op, nranks)
+
+
+def ring_steps(op: str, nranks: int) -> int:
+    """Number of sequential latency-bound steps of the ring / chain algorithm for ``op``.
+
+    all_reduce 2(n−1) (reduce-scatter then all-gather, Patarasuk & Yuan 2009); all_gather,
+    reduce_scatter, all_to_all (pairwise exchange) n−1; broadcast/reduce n−1 hops of a pipelined
+    chain; send_recv 1. Taught in chapter 11.
+    """
+    op = canonical_op(op)
+    n = count("nranks", nranks)
+    if n == 1:
+        return 0
+    if op == "all_reduce":
+        return 2 * (n - 1)
+    if op == "send_recv":
+        return 1
+    return n - 1
+
+
+def ring_time(op: str, size_bytes: float, nranks: int, *, alpha: float, beta: float) -> float:
+    """Ring-model time in seconds: ``ring_steps·α + bus_factor·S·β`` (Thakur et al. 2005 §4).
+
+    ``alpha`` = per-step latency (s), ``beta`` = seconds per byte of one link (1/bandwidth).
+    Taught in chapter 11 and chapter 23.
+    """
+    S = nonneg("size_bytes", size_bytes)
+    a = nonneg("alpha", alpha)
+    b = nonneg("beta", beta)
+    n = count("nranks", nranks)
+    if n == 1:
+        return 0.0
+    return ring_steps(op, n) * a + bus_factor(op, n) * S * b
+
+
+def tree_time(op: str, size_bytes: float, nranks: int, *, alpha: float, beta: float,
+              pipelined: bool = True) -> float:
+    """Tree-model time in seconds for all_reduce / broadcast / reduce.
+
+    Pipelined (NCCL double binary tree, Sanders et al. 2009): all_reduce ``2⌈log2 n⌉α + 2Sβ``,
+    broadcast/reduce ``⌈log2 n⌉α + Sβ``. Unpipelined binomial tree: ``⌈log2 n⌉(α + Sβ)`` per
+    direction. Taught in chapter 11 and chapter 23.
+    """
+    op = canonical_op(op)
+    if op not in ("all_reduce", "broadcast", "reduce"):
+        raise ValueError(f"op={op!r}: tree_time models all_reduce, broadcast and reduce only")
+    S = nonneg("size_bytes", size_bytes)
+    a = nonneg("alpha", alpha)
+    b = nonneg("beta", beta)
+    n = count("nranks", nranks)
+    if n == 1:
+        return 0.0
+    depth = math.ceil(math.log2(n))
+    passes = 2 if op == "all_reduce" else 1
+    if pipelined:
+        return passes * (depth * a + S * b)
+    return passes * depth * (a + S * b)
+
+
+def hierarchical_time(op: str, size_bytes: float, nranks: int, *, alpha: float, beta: float,
+                      ranks_per_node: int, alpha_inter: float, beta_inter: float) -> float:
+    """Two-level (intra-node / inter-node) ring model, seconds.
+
+    ``alpha``/``beta`` describe the intra-node link (NVLink, PCIe), ``alpha_inter``/``beta_inter`` the
+    network per rank's share of the NIC. all_reduce = intra reduce-scatter (S over g ranks) + inter
+    all-reduce of S/g over m = n/g nodes + intra all-gather; all_gather / reduce_scatter = the matching
+    half of that. Other ops fall back to a flat ring on the slower link. Taught in chapter 23.
+    """
+    op = canonical_op(op)
+    n = count("nranks", nranks)
+    g = count("ranks_per_node", ranks_per_node)
+    if n % g:
+        raise ValueError(f"nranks={n} is not a multiple of ranks_per_node={g}")
+    m = n // g
+    S = nonneg("size_bytes", size_bytes)
+    nonneg("alpha_inter", alpha_inter)
+    nonneg("beta_inter", beta_inter)
+    if m == 1:
+        return ring_time(op, S, n, alpha=alpha, beta=beta)
+    if g == 1:
+        return ring_time(op, S, n, alpha=alpha_inter, beta=beta_inter)
+    if op == "all_reduce":
+        return (ring_time("reduce_scatter", S, g, alpha=alpha, beta=beta)
+                + ring_time("all_reduce", S / g, m, alpha=alpha_inter, beta=beta_inter)
+                + ring_time("all_gather", S, g, alpha=alpha, beta=beta))
+    if op in ("all_gather", "reduce_scatter"):
+        # inter-node part moves S/g·(m-1)/m per rank; intra part the full S·(g-1)/g
+        return (ring_time(op, S, g, alpha=alpha, beta=beta)
+                + ring_time(op, S / g, m, alpha=alpha_inter, beta=beta_inter))
+    slow_a, slow_b = max(alpha, alpha_inter), max(beta, beta_inter)
+    return ring_time(op, S, n, alpha=slow_a, beta=slow_b)
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """A fitted ring model: per-step latency ``alpha_s`` and seconds per byte ``beta_s_per_byte``.
+
+    ``bandwidth`` = 1/β is the link (bus) bandwidth in bytes/s. ``rel_errors`` are the fit residuals
+    (predicted/measured − 1) at the fitted sizes. Taught in chapter 11.
+    """
+
+    alpha_s: float
+    beta_s_per_byte: float
+    op: str
+    nranks: int
+    sizes: tuple = ()
+    rel_errors: tuple = ()
+
+    @property
+    def bandwidth(self) -> float:
+        return 1.0 / self.beta_s_per_byte if self.beta_s_per_byte > 0 else float("inf")
+
+    def predict(self, size_bytes) -> float | np.ndarray:
+        """Predicted time (s) of ``op`` at ``size_bytes`` (scalar or array) on ``nranks`` ranks."""
+        s = np.asarray(size_bytes, dtype=float)
+        t = (ring_steps(self.op, self.nranks) * self.alpha_s
+             + bus_factor(self.op, self.nranks) * s * self.beta_s_per_byte)
+        return float(t) if t.ndim == 0 else t
+
+    def summary(self) -> str:
+        worst = max((abs(e) for e in self.rel_errors), default=float("nan"))
+        return (f"{self.op} on {self.nranks} ranks: alpha = {self.alpha_s * 1e6:.1f} us/step, "
+                f"beta = 1/({self.bandwidth / 1e9:.3f} GB/s); worst fit error {worst:.1%}")
+
+
+def fit_alpha_beta(sizes_bytes, times_s, op: str = "all_reduce", nranks: int = 2, *,
+                   huber: float = 0.15, iters: int = 20) -> AlphaBeta:
+    """Fit α and β of the ring model ``t = steps·α + factor·S·β`` to measured times.
+
+    Least squares on *relative* error (each point weighted by 1/t), so the microsecond small-size
+    regime counts as much as the millisecond large sizes; iteratively re-weighted with a Huber loss
+    (threshold ``huber`` relative error) so a few noisy points do not pull the line. α and β are
+    constrained to be ≥ 0 (a negative latency is a fitting artefact: it is refitted through the
+    origin / as a constant). Taught in chapter 11 (communication diagnostics).
+    """
+    op = canonical_op(op)
+    n = count("nranks", nranks, at_least=2)      # one rank has nothing to fit
+    huber = positive("huber", huber)
+    iters = count("iters", iters)
+    s = np.asarray(sizes_bytes, dtype=float).ravel()
+    t = np.asarray(times_s, dtype=float).ravel()
+    if s.shape != t.shape:
+        raise ValueError(f"sizes_bytes ({s.size}) and times_s ({t.size}) must have the same length")
+    if s.size < 2 or np.unique(s).size < 2:
+        raise ValueError("fit_alpha_beta needs at least 2 distinct sizes")
+    if not (np.all(np.isfinite(t)) and np.all(t > 0)) or np.any(s < 0):
+        raise ValueError("times_s must be finite and > 0, sizes_bytes >= 0")
+    steps, factor = ring_steps(op, n), bus_factor(op, n)
+    X = np.column_stack([np.full_like(s, steps), factor * s])
+    w = np.ones_like(t)
+    coef = np.zeros(2)
+    for _ in range(iters):
+        sw = w / t  # relative error weighting
+        coef, *_ = np.linalg.lstsq(X * sw[:, None], t * sw, rcond=None)
+        if coef[0] < 0:  # latency below resolution: fit bandwidth only
+            coef = np.array([0.0, float(np.sum(X[:, 1] * t * sw**2) / np.sum((X[:, 1] * sw) ** 2))])
+        if coef[1] < 0:  # flat: pure latency
+            coef = np.array([float(np.sum(steps * t * sw**2) / np.sum((steps * sw) ** 2)), 0.0])
+        r = np.abs(X @ coef / t - 1.0)
+        w_new = np.where(r <= huber, 1.0, huber / np.maximum(r, 1e-12))
+        if np.allclose(w_new, w):
+            break
+        w = w_new
+    pred = X @ coef
+    return AlphaBeta(alpha_s=float(coef[0]), beta_s_per_byte=float(coef[1]), op=op, nranks=n,
+                     sizes=tuple(float(x) for x in s), rel_errors=tuple(float(x) for x in pred / t - 1.0))

@@ -1,0 +1,149 @@
+"""Parser of ``NCCL_DEBUG=INFO`` logs: ``labkit.comm.nccl_log``.
+
+Reads the NCCL version, ranks and nodes, channels, rings and trees, transports (P2P / SHM / NET/IB /
+NET/Socket), the ``NCCL_*`` settings in force and the warnings, from any mix of ranks, launcher
+prefixes and other output. Bad lines are reported (``.errors``), never raised. Taught in chapter 11
+(communication diagnostics) and chapter 23.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from labkit.comm.pasted import strip_prefix
+
+_NCCL_LINE = re.compile(
+    r"(?:(?P<host>[\w.\-<>]+):(?P<pid>\d+):(?P<tid>\d+)\s+)?\[(?P<dev>\d+)\]\s+NCCL\s+(?P<level>INFO|WARN|TRACE)\s+(?P<msg>.*)")
+
+
+@dataclass
+class NcclDebugInfo:
+    """What an ``NCCL_DEBUG=INFO`` log says about a run. ``transports`` counts connections by kind
+    (``P2P/IPC``, ``P2P/CUMEM``, ``SHM``, ``NET/IB``, ``NET/Socket`` …; ``GDRDMA`` marks GPUDirect RDMA).
+
+    Taught in chapter 11 (communication diagnostics) and chapter 23.
+    """
+
+    version: str | None = None
+    cuda: str | None = None
+    network: str | None = None             # "IB", "Socket", a plugin name
+    nranks: int | None = None
+    nnodes: int | None = None
+    hosts: list = field(default_factory=list)
+    n_channels: int | None = None
+    rings: list = field(default_factory=list)    # rank orders from "Channel 00/02 :  0 1 2 ..." / "Ring 00 : ..."
+    trees: list = field(default_factory=list)    # raw "Trees [0] 1/4/-1->0->-1" specs
+    transports: Counter = field(default_factory=Counter)
+    env: dict = field(default_factory=dict)      # NCCL_* settings in force
+    warnings: list = field(default_factory=list)
+    errors: list = field(default_factory=list)   # (line number, reason, line)
+    n_lines: int = 0
+
+    def summary(self) -> str:
+        parts = [f"NCCL {self.version or '?'}" + (f" (CUDA {self.cuda})" if self.cuda else "")]
+        if self.nranks:
+            parts.append(f"{self.nranks} ranks" + (f" on {self.nnodes} nodes" if self.nnodes else ""))
+        if self.network:
+            parts.append(f"network {self.network}")
+        if self.n_channels:
+            parts.append(f"{self.n_channels} channels")
+        if self.transports:
+            parts.append("transports " + ", ".join(f"{k}×{v}" for k, v in self.transports.most_common()))
+        if self.env:
+            parts.append("settings " + ", ".join(f"{k}={v}" for k, v in sorted(self.env.items())))
+        if any(k.startswith("NET/Socket") for k in self.transports) or self.network == "Socket":
+            parts.append("inter-node traffic uses TCP sockets (no InfiniBand/RoCE): expect at most the NIC "
+                         "line rate, e.g. 25 Gb/s = 3.1 GB/s")
+        if self.warnings:
+            parts.append(f"{len(self.warnings)} WARN line(s)")
+        return "; ".join(parts)
+
+
+def _transport_kind(via: str) -> str:
+    parts = via.split("/")
+    if parts[0] == "NET" and len(parts) > 1:
+        kind = f"NET/{parts[1]}"
+        return kind + ("/GDRDMA" if "GDRDMA" in parts else "")
+    if parts[0] == "P2P" and len(parts) > 1:
+        return f"P2P/{parts[1].split()[0]}"
+    return parts[0]
+
+
+def parse_nccl_debug(text: str) -> NcclDebugInfo:
+    """Parse an ``NCCL_DEBUG=INFO`` log (any mix of ranks, prefixes and other output); never raises.
+
+    Taught in chapter 11 (communication diagnostics) and chapter 23.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    info = NcclDebugInfo()
+    hosts, channels_max, ring_seen = set(), 0, set()
+    for i, raw in enumerate(text.splitlines(), 1):
+        line = strip_prefix(raw)
+        m = _NCCL_LINE.search(line)
+        bare = re.match(r"^\s*NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?", line)
+        if bare and not m:   # rank 0 prints the version without the host:pid:tid header
+            info.version, info.cuda = bare.group(1), bare.group(2)
+            info.n_lines += 1
+            continue
+        if not m:
+            if "NCCL INFO" in line or "NCCL WARN" in line:
+                info.errors.append((i, "NCCL line without the 'host:pid:tid [dev]' header", raw))
+            continue
+        info.n_lines += 1
+        if m.group("host"):
+            hosts.add(m.group("host"))
+        msg = m.group("msg").strip()
+        if m.group("level") == "WARN":
+            info.warnings.append(msg)
+            continue
+        try:
+            _parse_debug_msg(msg, info, ring_seen)
+            c = re.match(r"^(?:Channel|Ring)\s+(\d+)(?:/(\d+))?", msg)
+            if c:
+                channels_max = max(channels_max, int(c.group(1)) + 1)
+                if c.group(2) and int(c.group(2)) > 0 and " via " not in msg:
+                    channels_max = max(channels_max, int(c.group(2)))
+        except (ValueError, IndexError) as e:
+            info.errors.append((i, str(e), raw))
+    info.hosts = sorted(hosts)
+    if info.nnodes is None and len(hosts) > 1:
+        info.nnodes = len(hosts)
+    info.n_channels = channels_max or None
+    return info
+
+
+def _parse_debug_msg(msg: str, info: NcclDebugInfo, ring_seen: set) -> None:
+    m = re.match(r"^NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?", msg)
+    if m:
+        info.version, info.cuda = m.group(1), m.group(2)
+        return
+    m = re.match(r"^Using network (\S+)", msg)
+    if m:
+        info.network = m.group(1)
+        return
+    m = re.match(r"^(NCCL_[A-Z0-9_]+) set by environment to (.*?)\.?\s*$", msg)
+    if m:
+        info.env[m.group(1)] = m.group(2)
+        return
+    m = re.search(r"\brank \d+ n[Rr]anks (\d+)(?: nNodes (\d+))?", msg)
+    if m:
+        info.nranks = max(info.nranks or 0, int(m.group(1)))
+        if m.group(2):
+            info.nnodes = int(m.group(2))
+        return
+    m = re.search(r"\bvia (\S+(?: pointer)?)", msg)
+    if m:
+        info.transports[_transport_kind(m.group(1))] += 1
+        return
+    m = re.match(r"^(?:Channel|Ring) (\d+)(?:/\d+)?\s*:\s*((?:-?\d+\s*(?:->\s*)?)+)$", msg)
+    if m:
+        order = [int(x) for x in re.findall(r"-?\d+", m.group(2))]
+        key = (int(m.group(1)), tuple(order))
+        if key not in ring_seen:
+            ring_seen.add(key)
+            info.rings.append(order)
+        return
+    if msg.startswith("Trees"):
+        info.trees.extend(re.findall(r"\[\d+\]\s*(\S+)", msg))

@@ -1,0 +1,43 @@
+"""Accelerator catalogue, safe device-name matching, and live peak measurements.
+
+MFU divides achieved FLOP/s by a *peak*; this package says which peak, and where it came from:
+
+- :mod:`labkit.hardware.catalogue` — :class:`DeviceSpec` and the datasheet table (dense peaks per
+  dtype, memory, bandwidth, cited sources), :func:`lookup` by exact token sets (never substrings),
+  :func:`known_devices`, :func:`normalize_dtype`. Torch-free.
+- :mod:`labkit.hardware.measure` — :func:`resolve_device`, :func:`time_fn`, the matmul-peak and
+  bandwidth measurements, and :func:`resolve_peak` (user value → catalogue → a measured peak cached
+  per process; :func:`remeasure_peak` raises a peak measured on a loaded machine).
+
+Taught in chapter 3 (FLOPs) and chapter 4 (MFU and HFU); the ``measure_*`` functions in chapter 6
+(roofline), :func:`time_fn` in chapter 7 (timing).
+"""
+from __future__ import annotations
+
+from labkit.hardware.catalogue import (
+    CATALOGUE,
+    DTYPES,
+    DeviceSpec,
+    known_devices,
+    lookup,
+    normalize_dtype,
+)
+from labkit.hardware.measure import (
+    PeakMeasurement,
+    measure_matmul_peak,
+    measure_memory_bandwidth,
+    remeasure_peak,
+    resolve_device,
+    resolve_peak,
+    time_fn,
+)
+from labkit.units import GB, GIB  # noqa: F401 - old names (labkit.hardware.GB, .GIB); use labkit.units
+from labkit.units import TERA as T  # noqa: F401 - old name (labkit.hardware.T); use labkit.units.TERA
+
+__all__ = [
+    # catalogue
+    "DTYPES", "DeviceSpec", "CATALOGUE", "normalize_dtype", "known_devices", "lookup",
+    # measurement and the peak to divide by
+    "resolve_device", "time_fn", "PeakMeasurement", "measure_matmul_peak", "measure_memory_bandwidth",
+    "resolve_peak", "remeasure_peak",
+]

@@ -1,0 +1,29 @@
+"""Memory per rank: model states, activations and communication buffers — predicted and measured.
+
+- ``estimate.py`` — the models: ZeRO/FSDP model states (Rajbhandari et al. 2020), activations with
+  recomputation (Korthikanti et al. 2022), DDP buckets and FSDP unit buffers, :func:`fmt_bytes`;
+- ``tensors.py`` — exact bytes of live tensors (model state, saved activations);
+- ``measure.py`` — predicted vs measured per rank on real ranks of the reference trainer.
+
+Taught in chapter 13 (memory anatomy), chapter 20 (FSDP / ZeRO) and chapter 21 (checkpointing).
+"""
+from labkit.memory.estimate import (
+    GB,
+    OPTIMIZERS,
+    PRECISIONS,
+    STRATEGIES,
+    GiB,
+    MemoryBreakdown,
+    activation_bytes,
+    canonical_strategy,
+    comm_buffer_bytes,
+    ddp_bucket_sizes,
+    fmt_bytes,
+    model_state_bytes,
+)
+from labkit.memory.measure import predict_vs_measure, probe_model_state
+from labkit.memory.tensors import measure_activation_bytes, measure_model_state
+
+__all__ = ["GB", "GiB", "STRATEGIES", "PRECISIONS", "OPTIMIZERS", "MemoryBreakdown", "fmt_bytes", "canonical_strategy",
+           "model_state_bytes", "activation_bytes", "ddp_bucket_sizes", "comm_buffer_bytes",
+           "measure_model_state", "measure_activation_bytes", "predict_vs_measure", "probe_model_state"]

@@ -1,0 +1,302 @@
+"""Memory per rank, predicted: model states, activations and communication buffers.
+
+Taught in chapter 13 (memory anatomy), chapter 20 (FSDP / ZeRO) and chapter 21 (activation
+checkpointing).
+
+**Model states** (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", §3.1 and Figure 1): mixed-precision Adam keeps 2Ψ bytes of fp16/bf16 parameters,
+2Ψ of gradients and KΨ of optimizer state (fp32 master copy, momentum, variance: K = 12) — 16Ψ in all.
+ZeRO stage 1 (P_os) shards the KΨ over N_d ranks, stage 2 (P_os+g) also the gradients, stage 3
+(P_os+g+p) also the parameters::
+
+    DDP     (2 + 2 + K)·Ψ           ZeRO-2  2Ψ + (2 + K)·Ψ/N_d
+    ZeRO-1  2Ψ + 2Ψ + K·Ψ/N_d       ZeRO-3  (2 + 2 + K)·Ψ/N_d
+
+Figure 1 (Ψ = 7.5 B, N_d = 64): 120 GB, 31.4 GB, 16.6 GB, 1.9 GB — decimal GB (1e9 bytes), not GiB.
+PyTorch FSDP maps onto the same stages: FULL_SHARD (FSDP2 ``reshard_after_forward=True``) = ZeRO-3,
+SHARD_GRAD_OP (FSDP2 ``reshard_after_forward=False``) = ZeRO-2 (parameters stay unsharded between
+forward and backward), NO_SHARD = DDP, HYBRID_SHARD = ZeRO-3 inside a shard group (a node), replicated
+across groups.
+
+Precisions (bytes per parameter: params / grads / optimizer):
+
+- ``"fp32"``: 4 / 4 / 8 (Adam m and v);
+- ``"bf16_mixed"``: 2 / 2 / 12 — the paper's accounting (DeepSpeed, Megatron: low-precision params and
+  grads, fp32 master + m + v in the optimizer);
+- ``"bf16_autocast"``: 4 / 4 / 8 — torch autocast and FSDP2 ``MixedPrecisionPolicy(param_dtype=bf16)``:
+  the fp32 parameters *are* the master weights; bf16 copies are transient (counted in buffers).
+
+**Activations** (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models", §4, eq. 1–2 and Table 2), bytes per layer with 16-bit activations: ``sbh(34 + 5as/h)``
+(s sequence, b micro-batch, h hidden, a heads); with tensor parallel t and sequence parallel
+``sbh(34/t + 5as/(ht))``; selective recomputation (recompute the attention core) ``34·sbh/t``; full
+recomputation keeps only each layer's input, ``2sbh``. The 34 assumes an MLP width of 4h; the general
+count is ``sb(18h + 4·d_ff)``.
+
+Units: :func:`fmt_bytes` prints GiB (2^30) or GB (1e9) and says which.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from labkit.units import GB, GIB, KB, KIB, MB, MIB
+
+GiB = GIB   # the spelling chapter 13 prints
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_no_shard", "fsdp_hybrid")
+_ALIASES = {"fsdp2": "fsdp_full", "full_shard": "fsdp_full", "shard_grad_op": "fsdp_grad_op",
+            "no_shard": "fsdp_no_shard", "hybrid_shard": "fsdp_hybrid", "fsdp": "fsdp_full", "zero0": "ddp",
+            "fsdp2_no_reshard": "fsdp_grad_op"}
+# which of (params, grads, optimizer) each strategy shards
+_SHARDS = {"ddp": (False, False, False), "fsdp_no_shard": (False, False, False),
+           "zero1": (False, False, True), "zero2": (False, True, True), "fsdp_grad_op": (False, True, True),
+           "zero3": (True, True, True), "fsdp_full": (True, True, True), "fsdp_hybrid": (True, True, True)}
+PRECISIONS = {"fp32": (4, 4, 4), "bf16_mixed": (2, 2, 4), "bf16_autocast": (4, 4, 4)}
+# optimizer state: number of fp32 tensors per parameter (+ the fp32 master copy in bf16_mixed)
+OPTIMIZERS = {"adam": 2, "adamw": 2, "sgd_momentum": 1, "sgd": 0}
+
+
+def fmt_bytes(n: float, unit: str = "GiB") -> str:
+    """``n`` bytes as text in ``unit`` ("GiB", "GB", "MiB", "MB", "KiB", "kB", "B"), naming the unit.
+
+    GB = 1e9 bytes, GiB = 2^30 = 1.074 GB: DeepSpeed's estimators print GiB values labelled "GB".
+    Taught in chapter 13 (memory anatomy).
+    """
+    units = {"GiB": GIB, "GB": GB, "MiB": MIB, "MB": MB, "KiB": KIB, "kB": KB, "B": 1}
+    if unit not in units:
+        raise ValueError(f"unit={unit!r} is not valid; choose one of {list(units)}")
+    return f"{n / units[unit]:,.2f} {unit}" if unit != "B" else f"{int(n):,} B"
+
+
+def canonical_strategy(strategy: str) -> str:
+    """Normalise a strategy name ("FULL_SHARD", "fsdp2", "zero3" …). Taught in chapter 20."""
+    if not isinstance(strategy, str):
+        raise TypeError(f"strategy must be a str, got {type(strategy).__name__}")
+    s = strategy.strip().lower().replace("-", "_")
+    s = _ALIASES.get(s, s)
+    if s not in _SHARDS:
+        raise ValueError(f"strategy={strategy!r} is not valid; choose one of {STRATEGIES} "
+                         f"(aliases: {sorted(_ALIASES)})")
+    return s
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per rank by category. ``optimizer`` includes the fp32 master copy when there is one.
+
+    Taught in chapter 13 (memory anatomy) and chapter 20.
+    """
+
+    params: float
+    grads: float
+    optimizer: float
+    activations: float = 0.0
+    buffers: float = 0.0
+    n_params: int = 0
+    strategy: str = ""
+    n_ranks: int = 1
+    precision: str = ""
+    source: str = "predicted"            # "predicted" or "measured"
+    detail: dict = field(default_factory=dict)
+
+    @property
+    def model_states(self) -> float:
+        return self.params + self.grads + self.optimizer
+
+    @property
+    def total(self) -> float:
+        return self.model_states + self.activations + self.buffers
+
+    def with_(self, **kw) -> MemoryBreakdown:
+        return replace(self, **kw)
+
+    def as_dict(self) -> dict:
+        return {"params": self.params, "grads": self.grads, "optimizer": self.optimizer,
+                "model_states": self.model_states, "activations": self.activations, "buffers": self.buffers,
+                "total": self.total}
+
+    def table(self, unit: str = "GiB") -> str:
+        head = (f"{self.source} memory per rank — {self.strategy or '?'}, {self.n_ranks} rank(s), "
+                f"{self.precision or '?'}, {self.n_params:,} params")
+        rows = [f"  {k:<13}{fmt_bytes(v, unit):>16}" for k, v in self.as_dict().items()]
+        return "\n".join([head, *rows])
+
+
+def _numels(n_params) -> list[int]:
+    """Parameter element counts from an int, a list of shapes/numels or an nn.Module (deduplicated)."""
+    if isinstance(n_params, bool):
+        raise TypeError("n_params must be an int, a list of parameter sizes or an nn.Module, got bool")
+    if isinstance(n_params, int):
+        if n_params < 0:
+            raise ValueError(f"n_params={n_params} must be >= 0")
+        return [n_params]
+    if hasattr(n_params, "parameters"):
+        seen, out = set(), []
+        for p in n_params.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(tuple(p.shape))
+        return out
+    if isinstance(n_params, (list, tuple)):
+        return list(n_params)
+    raise TypeError(f"n_params must be an int, a list of parameter sizes or an nn.Module, got {type(n_params).__name__}")
+
+
+def _shard_elems(item, n: int, rank: int, exact: bool) -> float:
+    """Elements of one parameter held by ``rank`` when sharded over ``n`` ranks.
+
+    A shape (tuple) is sharded on dim 0 with torch.chunk semantics, as FSDP2 does (rank r holds rows
+    [r·⌈d0/n⌉, (r+1)·⌈d0/n⌉)); a bare count is divided evenly (ZeRO's Ψ/N_d).
+    """
+    if isinstance(item, tuple):
+        numel = math.prod(item) if item else 1
+        if not exact or not item:
+            return numel / n if item else (numel if rank == 0 else 0)
+        d0, rest = item[0], numel // item[0] if item[0] else 0
+        chunk = math.ceil(d0 / n)
+        rows = max(0, min(chunk, d0 - rank * chunk))
+        return rows * rest
+    return item / n
+
+
+def model_state_bytes(n_params, *, strategy: str = "ddp", n_ranks: int = 1, precision: str = "bf16_mixed",
+                      optimizer: str = "adam", shard_size: int | None = None, rank: int = 0) -> MemoryBreakdown:
+    """Per-rank bytes of parameters, gradients and optimizer state (ZeRO paper §3.1, Figure 1).
+
+    ``n_params``: a count Ψ, a list of parameter shapes, or an ``nn.Module`` (then FSDP2's dim-0
+    sharding of each parameter is reproduced exactly for ``rank``). ``shard_size`` is the shard group of
+    ``fsdp_hybrid`` (default: all ranks). Taught in chapter 13 and chapter 20.
+    """
+    strat = canonical_strategy(strategy)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is not valid; choose one of {list(PRECISIONS)}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer={optimizer!r} is not valid; choose one of {list(OPTIMIZERS)}")
+    if isinstance(n_ranks, bool) or not isinstance(n_ranks, int) or n_ranks < 1:
+        raise ValueError(f"n_ranks={n_ranks!r} must be an integer >= 1")
+    group = n_ranks
+    if strat == "fsdp_hybrid":
+        group = shard_size or n_ranks
+        if n_ranks % group:
+            raise ValueError(f"shard_size={group} must divide n_ranks={n_ranks}")
+    if not 0 <= rank < n_ranks:
+        raise ValueError(f"rank={rank} must be in [0, {n_ranks})")
+    items = _numels(n_params)
+    full = float(sum(math.prod(i) if isinstance(i, tuple) else i for i in items))
+    exact = hasattr(n_params, "parameters")
+    local = float(sum(_shard_elems(i, group, rank % group, exact) for i in items))
+    pb, gb, ob = PRECISIONS[precision]
+    n_opt = OPTIMIZERS[optimizer] + (1 if precision == "bf16_mixed" else 0)  # + fp32 master copy
+    sp, sg, so = _SHARDS[strat]
+    params = (local if sp else full) * pb
+    grads = (local if sg else full) * gb
+    opt = (local if so else full) * ob * n_opt
+    return MemoryBreakdown(params=params, grads=grads, optimizer=opt, n_params=int(full), strategy=strat,
+                           n_ranks=n_ranks, precision=precision,
+                           detail={"bytes_per_param": (pb, gb, ob * n_opt), "K": ob * n_opt,
+                                   "shard_group": group, "optimizer": optimizer})
+
+
+def activation_bytes(shape, micro_batch: int, *, recompute: str = "none", tp: int = 1,
+                     sequence_parallel: bool = False, seq_len: int | None = None, dtype_bytes: int = 2,
+                     flash_attention: bool = False, include_head: bool = False) -> int:
+    """Activation bytes kept for backward, whole model, one micro-batch (Korthikanti et al. 2022 §4).
+
+    ``shape``: anything with ``n_layers, d_model, n_heads, seq_len`` (and optionally ``d_ff``,
+    ``vocab_size``) — :class:`labkit.flops.ModelShape` or :class:`labkit.models.GPTConfig`.
+    recompute: "none" → ``sb(18h + 4·d_ff) + 5as²b`` per layer (= sbh(34 + 5as/h) for d_ff = 4h),
+    "selective" → drops the 5as²b attention term, "full" → ``2sbh`` (each layer's input only).
+    With tp > 1 the sbh terms divide by t only with ``sequence_parallel`` (else 10sbh stay replicated,
+    eq. 2). ``flash_attention`` never stores the s×s scores (as selective). ``dtype_bytes`` rescales
+    from the paper's 16-bit activations. ``include_head`` adds the output layer 4sbh + 4sbv (§4.3).
+    Taught in chapter 13 (memory anatomy) and chapter 21 (activation checkpointing).
+    """
+    for name in ("n_layers", "d_model", "n_heads"):
+        if not hasattr(shape, name):
+            raise TypeError(f"shape must have {name} (a labkit.flops.ModelShape or GPTConfig), got {type(shape).__name__}")
+    if recompute not in ("none", "selective", "full"):
+        raise ValueError(f"recompute={recompute!r} is not valid; choose 'none', 'selective' or 'full'")
+    if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
+        raise ValueError(f"micro_batch={micro_batch!r} must be an integer >= 1")
+    if tp < 1 or shape.d_model % tp:
+        raise ValueError(f"tp={tp} must be >= 1 and divide d_model={shape.d_model}")
+    s = seq_len or shape.seq_len
+    b, h, a, L = micro_batch, shape.d_model, shape.n_heads, shape.n_layers
+    ff = getattr(shape, "d_ff", None) or 4 * h
+    t = tp
+    sbh_terms = 18 * h + 4 * ff            # = 34h when ff = 4h (Korthikanti eq. 1)
+    if recompute == "full":
+        per_layer = 2 * s * b * h / (t if sequence_parallel else 1)
+    else:
+        if t == 1 or sequence_parallel:
+            lin = s * b * sbh_terms / t
+        else:                               # eq. 2: 10sbh (layer norms, dropouts, inputs) not split by TP
+            lin = s * b * (10 * h + (sbh_terms - 10 * h) / t)
+        attn = 0 if (recompute == "selective" or flash_attention) else 5 * a * s * s * b / t
+        per_layer = lin + attn
+    total = L * per_layer
+    if include_head:
+        v = getattr(shape, "vocab_size", 0)
+        total += 4 * s * b * h / t + 4 * s * b * v / t
+    return int(round(total * dtype_bytes / 2))
+
+
+def ddp_bucket_sizes(params, *, bucket_cap_mb: float = 25.0, dtype_bytes: int = 4) -> list[int]:
+    """Byte sizes of DDP's gradient buckets in steady state (after DDP rebuilds them on the first step).
+
+    ``params``: an ``nn.Module`` or a list of parameter shapes / element counts in registration order.
+    DDP fills buckets in (approximately) reverse registration order — the order gradients become ready in
+    backward — and closes a bucket once it holds ≥ ``bucket_cap_mb`` MiB, so a parameter larger than the
+    cap gets a bucket of its own and buckets slightly exceed the cap (torch
+    ``_compute_bucket_assignment_by_size``; https://pytorch.org/docs/stable/notes/ddp.html). One all-reduce
+    per bucket per step. Taught in chapter 19 (DDP buckets) and chapter 13.
+    """
+    if bucket_cap_mb <= 0:
+        raise ValueError(f"bucket_cap_mb={bucket_cap_mb} must be > 0")
+    items = _numels(params)
+    cap = bucket_cap_mb * 2**20
+    sizes, cur = [], 0
+    for it in reversed(items):
+        cur += (math.prod(it) if isinstance(it, tuple) else it) * dtype_bytes
+        if cur >= cap:
+            sizes.append(int(cur))
+            cur = 0
+    if cur:
+        sizes.append(int(cur))
+    return sizes
+
+
+def comm_buffer_bytes(n_params, *, strategy: str = "ddp", n_ranks: int = 1, precision: str = "fp32",
+                      bucket_cap_mb: float = 25.0, unit_params: int | None = None, prefetch: bool = True,
+                      gradient_as_bucket_view: bool = False) -> dict:
+    """Communication buffers per rank (bytes) — what model-state estimators leave out.
+
+    DDP: gradients are copied into flat buckets (:func:`ddp_bucket_sizes`; pass a module or shapes for
+    the exact split) — a second copy of all gradients unless ``gradient_as_bucket_view=True``. FSDP: the all-gathered (unsharded) parameters of the largest
+    wrapped unit, ×2 when the next unit is prefetched, plus the unsharded gradients of one unit for
+    reduce-scatter (PyTorch FSDP, Zhao et al. 2023, §3.2–3.3). Taught in chapter 13 and chapter 20.
+    """
+    strat = canonical_strategy(strategy)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is not valid; choose one of {list(PRECISIONS)}")
+    if bucket_cap_mb <= 0:
+        raise ValueError(f"bucket_cap_mb={bucket_cap_mb} must be > 0")
+    psi = sum(math.prod(i) if isinstance(i, tuple) else i for i in _numels(n_params))
+    pb, gb, _ = PRECISIONS[precision]
+    compute_b = 2 if precision in ("bf16_mixed", "bf16_autocast") else 4
+    if strat in ("ddp", "fsdp_no_shard", "zero1"):
+        grad_total = psi * gb
+        buckets = ddp_bucket_sizes(n_params if not isinstance(n_params, int) else [psi], bucket_cap_mb=bucket_cap_mb,
+                                   dtype_bytes=gb)
+        if isinstance(n_params, int):   # no parameter shapes: assume parameters small against the cap
+            cap = bucket_cap_mb * 2**20
+            buckets = [int(cap)] * int(grad_total // cap) + ([int(grad_total % cap)] if grad_total % cap else [])
+        return {"kind": "ddp_buckets", "bytes": 0 if gradient_as_bucket_view else grad_total,
+                "n_buckets": len(buckets), "bucket_bytes": buckets, "bucket_cap_bytes": bucket_cap_mb * 2**20}
+    if unit_params is None:
+        raise ValueError("unit_params (parameters of the largest FSDP unit, e.g. one transformer block) "
+                         f"is needed for strategy={strat!r}")
+    ag = unit_params * compute_b * (2 if prefetch else 1)
+    rs = unit_params * compute_b
+    return {"kind": "fsdp_unit_buffers", "bytes": ag + rs, "all_gather": ag, "reduce_scatter": rs}

@@ -1,0 +1,139 @@
+"""Step-time modelling: what a training step should take, from its parts.
+
+The one home for predicting a step (ARCHITECTURE.md). A data-parallel step is compute, gradient
+communication that may hide under the backward pass, and a serial remainder ("sync": the last bucket,
+the optimizer step, barriers)::
+
+    step ≈ max(compute, comm) + sync     when communication overlaps the backward pass
+    step ≈ compute + comm + sync         when it cannot (no overlap)
+
+(the DDP design: Li et al. 2020, "PyTorch Distributed", VLDB, §3.2.3 on bucketing and overlap).
+Compute comes from FLOPs and an achieved fraction of peak (the MFU definition solved for time —
+PaLM, Chowdhery et al. 2022, App. B); communication from the α–β collective models of
+:mod:`labkit.comm.models` applied to the collectives a data-parallel strategy issues per step.
+
+Taught in chapter 5 (step models, the BERT-large case), chapter 1 (tokens/s at an MFU) and chapters
+19–20 (communication per step of DDP and FSDP). The performance model and layout planner grow here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit import checks
+from labkit.comm.models import ring_time
+from labkit.memory.estimate import comm_buffer_bytes
+
+__all__ = ["step_time", "StepParts", "decompose", "compute_time", "tokens_per_s_at", "data_parallel_comm_s"]
+
+
+def step_time(compute_s: float, comm_s: float, sync_s: float = 0.0, *, overlap: bool | float = True) -> float:
+    """Modelled step time from its parts.
+
+    ``overlap=True``: max(compute, comm) + sync; ``False``: compute + comm + sync; a float f in [0, 1]
+    hides that fraction of the overlappable part: compute + comm − f·min(compute, comm) + sync.
+    Taught in chapter 5.
+    """
+    c, m, s = checks.nonneg("compute_s", compute_s), checks.nonneg("comm_s", comm_s), \
+        checks.nonneg("sync_s", sync_s)
+    if isinstance(overlap, bool):
+        f = 1.0 if overlap else 0.0
+    else:
+        f = checks.nonneg("overlap", overlap)
+        if f > 1:
+            raise ValueError(f"overlap must be True, False or a fraction in [0, 1], got {overlap!r}")
+    return c + m - f * min(c, m) + s
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """The parts of one data-parallel step, in seconds (per device)."""
+
+    compute_s: float
+    comm_s: float
+    sync_s: float = 0.0
+
+    def step(self, overlap: bool | float = True) -> float:
+        return step_time(self.compute_s, self.comm_s, self.sync_s, overlap=overlap)
+
+    def exposed_comm(self, overlap: bool | float = True) -> float:
+        """Communication time not hidden under compute."""
+        return self.step(overlap) - self.compute_s - self.sync_s
+
+
+def decompose(t1_s: float, n: int, serial_step_s: float, overlapped_step_s: float) -> StepParts:
+    """Rebuild compute/comm/sync from a case's numbers (strong scaling, work split perfectly).
+
+    compute = t_1/N; the two step models differ by min(compute, comm), so
+    comm = serial − overlapped (when that is < compute) and sync = overlapped − max(compute, comm).
+    Raises ValueError when the numbers cannot come from this model. Taught in chapter 5 (BERT-large case).
+    """
+    t1, n = checks.positive("t1_s", t1_s), checks.count("n", n)
+    ts, to = checks.positive("serial_step_s", serial_step_s), checks.positive("overlapped_step_s", overlapped_step_s)
+    compute = t1 / n
+    if to > ts:
+        raise ValueError(f"overlapped_step_s ({to}) cannot exceed serial_step_s ({ts})")
+    hidden = ts - to                      # = min(compute, comm)
+    if hidden > compute + 1e-12:
+        raise ValueError(f"serial − overlapped = {hidden:.4g} s exceeds compute t1/N = {compute:.4g} s; "
+                         "overlap can hide at most the compute time")
+    comm = hidden
+    sync = to - max(compute, comm)
+    if sync < -1e-12:
+        raise ValueError(f"overlapped_step_s ({to}) is below max(compute, comm) = {max(compute, comm):.4g} s")
+    return StepParts(compute_s=compute, comm_s=comm, sync_s=max(sync, 0.0))
+
+
+def compute_time(tokens: float, *, flops_per_token: float, peak_flops: float, n_devices: int,
+                 mfu: float) -> float:
+    """Seconds of compute for ``tokens`` (global) at an achieved fraction ``mfu`` of the per-device peak:
+    tokens × FLOPs-per-token / (MFU × peak × devices). Taught in chapter 5 and chapter 1."""
+    return checks.positive("tokens", tokens) / tokens_per_s_at(mfu=mfu, peak_flops=peak_flops,
+                                                               n_devices=n_devices, flops_per_token=flops_per_token)
+
+
+def tokens_per_s_at(*, mfu: float, peak_flops: float, n_devices: int, flops_per_token: float) -> float:
+    """Global tokens/s a run reaches at a given MFU (the MFU definition solved for tokens/s).
+
+    tokens/s = MFU × peak × devices / FLOPs-per-token — PaLM (Chowdhery et al. 2022, App. B).
+    Taught in chapter 1; chapter 4 defines MFU itself (``labkit.mfu``).
+    """
+    from labkit.mfu import tokens_per_s_for_mfu
+
+    m = checks.positive("mfu", mfu)
+    if m > 1:
+        raise ValueError(f"mfu must be a fraction in (0, 1], got {mfu!r} (give 0.4 for 40%)")
+    return tokens_per_s_for_mfu(m, flops_per_token=checks.positive("flops_per_token", flops_per_token),
+                                n_devices=checks.count("n_devices", n_devices),
+                                peak_flops=checks.positive("peak_flops", peak_flops))
+
+
+def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta) -> float:
+    """α–β estimate of the communication seconds per optimizer step of ``cfg`` (a
+    :class:`labkit.train.TrainConfig`, ring model).
+
+    ``params``: the model (exact DDP buckets, :func:`labkit.memory.ddp_bucket_sizes`) or a parameter
+    count. DDP: one all-reduce per gradient bucket, once per step (``no_sync`` during accumulation).
+    FSDP: per micro-batch an all-gather of the parameters in forward and, when resharding after
+    forward, again in backward; per step one reduce-scatter of the gradients; ``n_units`` collectives
+    each (FSDP1 NO_SHARD: one all-reduce per unit). ``alpha_beta``: an object with ``alpha_s`` and
+    ``beta_s_per_byte`` (:class:`labkit.comm.AlphaBeta`). Taught in chapter 19 and chapter 20.
+    """
+    if nranks < 2 or alpha_beta is None:
+        return 0.0
+    n_params = params if isinstance(params, int) else sum(p.numel() for p in dict.fromkeys(params.parameters()))
+    a, b = alpha_beta.alpha_s, alpha_beta.beta_s_per_byte
+    parallel, low = cfg.parallel, cfg.mp_policy == "bf16"
+    if parallel == "ddp":
+        bufs = comm_buffer_bytes(params, strategy="ddp", precision="fp32", bucket_cap_mb=cfg.bucket_cap_mb)
+        return sum(ring_time("all_reduce", s, nranks, alpha=a, beta=b) for s in bufs["bucket_bytes"])
+    if parallel == "single":
+        return 0.0
+    reshard = cfg.reshard_after_forward
+    if parallel == "fsdp1":
+        if cfg.sharding_strategy == "NO_SHARD":
+            return n_units * ring_time("all_reduce", n_params * 4 / n_units, nranks, alpha=a, beta=b)
+        reshard = cfg.sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
+    pbytes = n_params * (2 if low else 4)
+    ag = ring_time("all_gather", pbytes / n_units, nranks, alpha=a, beta=b) * n_units
+    rs = ring_time("reduce_scatter", n_params * 4 / n_units, nranks, alpha=a, beta=b) * n_units
+    return cfg.accum * ag * (2 if reshard else 1) + rs

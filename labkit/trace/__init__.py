@@ -1,0 +1,31 @@
+"""Profiler traces (torch.profiler / Kineto Chrome traces): read them, break each step down, find who is late.
+
+The face of the trace family; each file is one concept:
+
+- :mod:`labkit.trace.load` — read Chrome traces into flat numpy arrays, one rank per file
+  (:func:`load`, :func:`trace_files`, ``read_ranks``);
+- :mod:`labkit.trace.breakdown` — labkit's definitions of compute, exposed/hidden communication,
+  memcpy, idle (host wait vs other) and data wait per step window;
+- :mod:`labkit.trace.analysis` — :func:`analyze` and its result :class:`TraceAnalysis` (tables,
+  summaries, top ops), with :mod:`labkit.trace.stragglers` for who arrives last at each collective;
+- :mod:`labkit.trace.hta` — HTA 0.5.0's temporal breakdown and comm/compute overlap in HTA's own
+  definitions (a peer check);
+- :mod:`labkit.trace.synthetic` — SYNTHETIC GPU-style traces with known answers
+  (:func:`synthesize_traces`, also ``write_traces``).
+
+Interval maths (unions, intersections) is :mod:`labkit.intervals`. ``labkit.trace.load`` is the
+function :func:`load`; import the reader file itself with ``from labkit.trace.load import ...``.
+
+Taught in chapter 9 (``chapters/part2_diagnosis/ch09_trace_analytics.ipynb``).
+"""
+from __future__ import annotations
+
+from labkit.trace.analysis import TraceAnalysis, analyze
+from labkit.trace.breakdown import COLUMNS, collective_type
+from labkit.trace.hta import hta_comm_comp_overlap, hta_summary, hta_temporal_breakdown
+from labkit.trace.load import NotATraceError, RankEvents, load, read_ranks, trace_files
+from labkit.trace.synthetic import SyntheticSpec, synthesize_trace, synthesize_traces
+
+__all__ = ["load", "analyze", "TraceAnalysis", "trace_files", "hta_temporal_breakdown",
+           "hta_comm_comp_overlap", "hta_summary", "read_ranks", "RankEvents", "NotATraceError",
+           "COLUMNS", "collective_type", "SyntheticSpec", "synthesize_trace", "synthesize_traces"]

@@ -1,0 +1,321 @@
+"""Analyse torch.profiler traces: where each step's time goes, per rank, and who is late.
+
+``analyze(path)`` reads one Chrome trace or a folder of per-rank traces (``.json``/``.json.gz``,
+CPU-only or with GPU kernels, with or without ``distributedInfo``/``ProfilerStep``) and returns a
+:class:`TraceAnalysis`: per rank and step, time in compute, communication (exposed vs hidden under
+compute), memory copies and idle (host wait vs other), communication by collective type with bytes
+and algorithmic bandwidth where the trace records message sizes, data-loader wait, top ops, and
+stragglers (who arrives last at each collective, and how long the others wait for it;
+:mod:`labkit.trace.stragglers`). The definitions of every bucket are in :mod:`labkit.trace.breakdown`;
+HTA's own definitions (for a peer check) are in :mod:`labkit.trace.hta`.
+
+Algorithmic bandwidth is message bytes ÷ time (nccl-tests' ``algbw``,
+https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md); bytes come from
+``record_param_comms``/NCCL-kernel args ``In msg nelems`` × size of ``dtype``.
+
+Taught in chapter 9 (``chapters/part2_diagnosis/ch09_trace_analytics.ipynb``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from labkit import checks
+from labkit.trace.breakdown import COLUMNS, RankView
+from labkit.trace.load import CPU_OP, KERNEL, read_ranks
+from labkit.trace.stragglers import stragglers as _stragglers
+from labkit.units import GB, US
+
+__all__ = ["analyze", "TraceAnalysis"]
+
+_PARTS = ("compute", "comm_exposed", "memcpy", "idle_host_wait", "idle_other")
+
+
+@dataclass
+class TraceAnalysis:
+    """Result of :func:`analyze` (all times in seconds).
+
+    ``breakdown``: one row per rank, summed over the selected steps — ``compute``, ``comm_exposed``,
+    ``comm_hidden``, ``memcpy``, ``idle_host_wait``, ``idle_other``, ``total``, ``data_wait`` and the
+    same as ``*_share`` of ``total``. ``step_breakdown``: the same per (rank, step). ``overlap``: per
+    rank, the fraction of communication hidden under compute. ``comm_by_type``: per collective type
+    count, time, bytes and algbw. ``stragglers``: per rank, how often it arrived last at a collective,
+    its mean lateness, its compute before the collective, whether that makes it a straggler (last
+    more often than chance, see :func:`labkit.trace.stragglers.stragglers`) and ``peer_wait_s``, the time it sat in collectives
+    waiting for the last arrival (:attr:`peer_wait_share`). ``collectives``: the aligned table.
+
+    Taught in chapter 9.
+    """
+
+    kind: str
+    paths: list[str]
+    ranks: list[int]
+    steps: list[int]
+    breakdown: Any
+    step_breakdown: Any
+    overlap: dict[int, float]
+    comm_by_type: Any
+    stragglers: Any
+    collectives: Any
+    data_wait_s: float
+    _ops: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------------ summaries
+    def shares(self) -> dict[str, float]:
+        """Shares of the step time averaged over ranks (time-weighted)."""
+        b = self.breakdown
+        tot = float(b["total"].sum())
+        return {c: (float(b[c].sum()) / tot if tot else 0.0) for c in COLUMNS if c != "total"}
+
+    @property
+    def utilisation(self) -> float:
+        """Fraction of the window the device (CPU: the main thread or gloo) was busy."""
+        s = self.shares()
+        return 1.0 - s["idle_host_wait"] - s["idle_other"]
+
+    @property
+    def comm_wait_share(self) -> float:
+        return self.shares()["comm_exposed"]
+
+    @property
+    def data_wait_share(self) -> float:
+        return self.shares()["data_wait"]
+
+    @property
+    def peer_wait_share(self) -> float:
+        """Part of the exposed communication that is waiting for a late peer (time-weighted over ranks).
+
+        At each aligned collective a rank that arrives before the last one waits ``last arrival − its
+        arrival`` (at most the collective's duration) before any byte can move; that wait is load
+        imbalance or jitter, not link speed. Counted as exposed in proportion to the rank's exposed
+        share of communication (a wait under compute costs nothing). 0 with one rank.
+
+        Taught in chapter 9 (stragglers) and chapter 14 (diagnosis).
+        """
+        s = self.stragglers
+        tot = float(self.breakdown["total"].sum())
+        if s is None or s.empty or "peer_wait_s" not in s or not tot:
+            return 0.0
+        exposed = 0.0
+        for r, w in zip(s["rank"], s["peer_wait_s"], strict=True):
+            ov = self.overlap.get(int(r), float("nan"))
+            exposed += float(w) * (1.0 - ov if ov == ov else 1.0)
+        return min(exposed / tot, self.comm_wait_share)
+
+    def top_ops(self, n: int = 10, kind: str = "auto"):
+        """The ``n`` op (CPU trace) or kernel (GPU trace) names with most total time, all ranks and
+        selected steps together: count, total_s, mean_s, share of summed step time. CPU ``cpu_op``
+        durations are inclusive (an op's children are counted in it too).
+
+        Taught in chapter 9.
+        """
+        import pandas as pd
+
+        checks.count("n", n)
+        checks.one_of("kind", kind, ("auto", "kernel", "cpu_op"))
+        if kind == "auto":
+            kind = "kernel" if self.kind == "gpu" else "cpu_op"
+        table = self._ops.get(kind)
+        if table is None or table.empty:
+            return pd.DataFrame(columns=["name", "count", "total_s", "mean_s", "share"])
+        tot = float(self.breakdown["total"].sum())
+        t = table.sort_values("total_s", ascending=False).head(n).reset_index(drop=True)
+        t["share"] = t["total_s"] / tot if tot else 0.0
+        return t
+
+    def update_record(self, record):
+        """Fill ``utilisation``, ``comm_wait_share`` and ``data_wait_share`` of a RunRecord (in place;
+        returns it) and note the trace in ``record.extra["trace"]``.
+
+        Taught in chapter 14 (the baseline record).
+        """
+        from labkit.record import RunRecord
+
+        if not isinstance(record, RunRecord):
+            raise TypeError(f"record must be a labkit.record.RunRecord, got {type(record).__name__}")
+        record.utilisation = self.utilisation
+        record.comm_wait_share = self.comm_wait_share
+        record.data_wait_share = self.data_wait_share
+        record.extra["trace"] = {"kind": self.kind, "paths": self.paths, "steps": self.steps,
+                                 "shares": self.shares(), "overlap": self.overlap}
+        return record
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict of every table."""
+        def recs(df):
+            return [] if df is None else [{k: _py(v) for k, v in r.items()} for r in df.to_dict("records")]
+
+        return {"kind": self.kind, "paths": self.paths, "ranks": self.ranks, "steps": self.steps,
+                "shares": self.shares(), "utilisation": self.utilisation,
+                "comm_wait_share": self.comm_wait_share, "data_wait_share": self.data_wait_share,
+                "data_wait_s": self.data_wait_s, "overlap": {str(k): _py(v) for k, v in self.overlap.items()},
+                "breakdown": recs(self.breakdown), "comm_by_type": recs(self.comm_by_type),
+                "stragglers": recs(self.stragglers), "peer_wait_share": self.peer_wait_share,
+                "top_ops": recs(self.top_ops(10))}
+
+    def summary(self) -> str:
+        """A short human-readable report."""
+        lines = [f"{self.kind.upper()} trace, ranks {self.ranks}, "
+                 f"{len(self.steps)} step(s) {self.steps if self.steps != [-1] else '(whole window)'}"]
+        lines.append(f"{'rank':>4} {'step s':>9} " + " ".join(f"{p:>14}" for p in _PARTS) + f" {'overlap':>8}")
+        for r in self.breakdown.itertuples():
+            cells = " ".join(f"{getattr(r, p + '_share'):>14.1%}" for p in _PARTS)
+            ov = self.overlap.get(r.rank, float("nan"))
+            lines.append(f"{r.rank:>4} {r.total / max(len(self.steps), 1):>9.4f} {cells} "
+                         f"{'n/a' if ov != ov else f'{ov:.1%}':>8}")
+        s = self.shares()
+        lines.append(f"utilisation {self.utilisation:.1%} | exposed comm {s['comm_exposed']:.1%} | "
+                     f"data wait {s['data_wait']:.1%}")
+        if self.comm_by_type is not None and not self.comm_by_type.empty:
+            lines.append("communication by type:")
+            for r in self.comm_by_type.itertuples():
+                bw = f", algbw {r.algbw_GBps:.2f} GB/s" if r.algbw_GBps == r.algbw_GBps else ""
+                lines.append(f"  {r.type:<14} n={r.count:<4} {r.total_s * 1e3:9.2f} ms{bw}")
+        if self.stragglers is not None and not self.stragglers.empty:
+            lines.append("stragglers (arrival at each collective, aligned across ranks):")
+            for r in self.stragglers.itertuples():
+                flag = "  <- straggler" if r.straggler else ""
+                lines.append(f"  rank {r.rank}: last at {r.times_last}/{r.n_collectives}, mean late "
+                             f"{r.mean_late_s * 1e3:.2f} ms, compute before {r.median_compute_before_s * 1e3:.2f} ms, "
+                             f"waited for peers {r.peer_wait_s * 1e3:.2f} ms{flag}")
+        top = self.top_ops(5)
+        if not top.empty:
+            lines.append("top " + ("kernels" if self.kind == "gpu" else "ops (inclusive)") + ":")
+            for r in top.itertuples():
+                lines.append(f"  {r.total_s * 1e3:9.2f} ms  {r.share:6.1%}  x{r.count:<5} {r.name[:70]}")
+        return "\n".join(lines)
+
+    def plot_breakdown(self, ax=None):
+        """Stacked bar per rank of the step-time partition (matplotlib Axes)."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 3))
+        bottom = np.zeros(len(self.breakdown))
+        x = [str(r) for r in self.breakdown["rank"]]
+        for p in _PARTS:
+            v = self.breakdown[p + "_share"].to_numpy()
+            ax.bar(x, v, bottom=bottom, label=p.replace("_", " "))
+            bottom += v
+        ax.set_xlabel("rank")
+        ax.set_ylabel("share of step time")
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=7, loc="upper right")
+        ax.set_title(f"Where the step time goes ({self.kind.upper()} trace)")
+        return ax
+
+
+def _py(v):
+    if isinstance(v, (np.floating, float)):
+        return None if v != v else float(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
+
+
+def analyze(path, *, steps=None) -> TraceAnalysis:
+    """Analyse a trace file or a folder of per-rank trace files.
+
+    ``steps``: None for every ``ProfilerStep`` in the trace (the whole window when there is none),
+    or an iterable of step numbers to keep. Raises ValueError (naming the file) for corrupt or
+    truncated traces and when the selected steps are not in the trace.
+
+    Taught in chapter 9.
+    """
+    import pandas as pd
+
+    if steps is not None:
+        try:
+            steps = {int(s) for s in steps}
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"steps={steps!r} must be None or an iterable of step numbers") from e
+    events = read_ranks(path)
+    views = [RankView(ev) for ev in events]
+    kinds = {v.kind for v in views}
+    kind = "gpu" if "gpu" in kinds else "cpu"
+    rows, colls, ops_k, ops_c = [], {}, [], []
+    for v in views:
+        wins = v.windows(steps)
+        if not wins:
+            have = sorted(int(s) for s in v.step_ids)
+            raise ValueError(f"trace file {v.ev.path}: no events in the selected steps {sorted(steps or [])}; "
+                             f"steps in this trace: {have or 'none (no ProfilerStep)'}")
+        for w in wins:
+            rows.append({"rank": v.ev.rank, **v.breakdown(w)})
+        colls[v.ev.rank] = (v, wins, v.collectives(wins))
+        ops_k.append(_op_table(v, wins, KERNEL, device=True))
+        ops_c.append(_op_table(v, wins, CPU_OP, device=False))
+    step_df = pd.DataFrame(rows)
+    agg = step_df.drop(columns="step").groupby("rank", as_index=False).sum()
+    for c in COLUMNS:
+        if c != "total":
+            agg[c + "_share"] = np.where(agg["total"] > 0, agg[c] / agg["total"], 0.0)
+    comm_tot = agg["comm_exposed"] + agg["comm_hidden"]
+    overlap = {int(r): (float(h / t) if t > 0 else float("nan"))
+               for r, h, t in zip(agg["rank"], agg["comm_hidden"], comm_tot, strict=True)}
+    all_steps = sorted({int(s) for s in step_df["step"]})
+    ops = {"kernel": _merge_ops(ops_k), "cpu_op": _merge_ops(ops_c)}
+    comm_by_type = _comm_by_type(colls)
+    stragglers, aligned = _stragglers(colls)
+    data_wait = float(agg["data_wait"].mean())
+    return TraceAnalysis(kind=kind, paths=[str(e.path) for e in events], ranks=[e.rank for e in events],
+                         steps=all_steps, breakdown=agg, step_breakdown=step_df, overlap=overlap,
+                         comm_by_type=comm_by_type, stragglers=stragglers, collectives=aligned,
+                         data_wait_s=data_wait, _ops=ops)
+
+
+def _op_table(v: RankView, wins, cat, device):
+    import pandas as pd
+
+    ev = v.ev
+    mask = ev.cat == cat
+    if not device:
+        mask &= ev.thread == v.main_thread
+    idx = np.flatnonzero(mask)
+    if idx.size == 0:
+        return pd.DataFrame(columns=["name", "count", "total_s"])
+    t = ev.ts[idx]
+    inside = np.zeros(idx.size, dtype=bool)
+    for w in wins:
+        lo, hi = (w[1], w[2]) if device else (w[3], w[4])
+        inside |= (t >= lo) & (t < hi)
+    idx = idx[inside]
+    nid = ev.name_id[idx]
+    cnt = np.bincount(nid, minlength=len(ev.names))
+    tot = np.bincount(nid, weights=ev.dur[idx], minlength=len(ev.names))
+    keep = np.flatnonzero(cnt)
+    return pd.DataFrame({"name": [ev.names[k] for k in keep], "count": cnt[keep], "total_s": tot[keep] * US})
+
+
+def _merge_ops(tables):
+    import pandas as pd
+
+    tables = [t for t in tables if not t.empty]
+    if not tables:
+        return pd.DataFrame(columns=["name", "count", "total_s", "mean_s"])
+    t = pd.concat(tables).groupby("name", as_index=False).sum()
+    t["mean_s"] = t["total_s"] / t["count"]
+    return t
+
+
+def _comm_by_type(colls):
+    import pandas as pd
+
+    recs = [c for (_, _, cs) in colls.values() for c in cs]
+    cols = ["type", "count", "total_s", "mean_s", "bytes", "algbw_GBps"]
+    if not recs:
+        return pd.DataFrame(columns=cols)
+    df = pd.DataFrame(recs)
+    out = []
+    for t, g in df.groupby("type"):
+        known = g[g["bytes"].notna()]
+        nbytes = float(known["bytes"].sum()) if len(known) else float("nan")
+        bw = nbytes / (known["dur_us"].sum() * US) / GB if len(known) and known["dur_us"].sum() > 0 \
+            else float("nan")
+        out.append({"type": t, "count": len(g), "total_s": g["dur_us"].sum() * US,
+                    "mean_s": g["dur_us"].mean() * US, "bytes": nbytes, "algbw_GBps": bw})
+    return pd.DataFrame(out, columns=cols).sort_values("total_s", ascending=False).reset_index(drop=True)

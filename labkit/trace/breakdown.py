@@ -1,0 +1,307 @@
+"""Per-rank, per-step time breakdown of a profiler trace (labkit's definitions).
+
+Definitions (chapter 9). Every step window is split into a partition
+
+    total = compute + comm_exposed + memcpy + idle_host_wait + idle_other
+
+**GPU traces** (the device timeline is the kernels: ``kernel``, ``gpu_memcpy``, ``gpu_memset``):
+
+- *compute*: union of kernels that are neither communication nor memory copies/sets;
+- *communication*: union of NCCL/RCCL kernels (``ncclKernel_*``, ``ncclDevKernel_*``,
+  ``ncclAllReduceRingLLKernel…``, ``rccl…``); *hidden* = the part under compute, *exposed* = the rest;
+- *memcpy*: memory copies/sets not under compute or communication;
+- *idle*: no kernel running; *host wait* is the part of an idle gap before the host had launched the
+  next kernel (its ``cudaLaunchKernel`` — same ``correlation`` — starts after the gap began: the
+  device waited on the host), *other* the rest (waits on events, other ranks, synchronisation).
+- step windows follow the device: step *i* runs from the first kernel launched inside
+  ``ProfilerStep#i`` to the first kernel launched in the next step (the last step ends with its
+  last kernel). Without ``ProfilerStep`` the window is the whole device timeline.
+
+**CPU traces** (no device; the compute "device" is the main thread — the one holding
+``ProfilerStep``, else the one with most ``cpu_op`` time):
+
+- *communication*: gloo's ``gloo:*`` ``user_annotation`` spans on the ``pt_gloo_runloop`` threads
+  (they carry the real duration; the ``c10d::*`` ``cpu_op`` on the main thread is only the launch);
+- *compute*: main-thread ``cpu_op`` time not in communication and not inside the data loader
+  (``c10d::*`` launches excluded);
+- *memcpy*: 0 (no device copies);
+- *idle host wait*: inside ``DataLoader`` ``__next__`` spans (the compute thread waits on input),
+  *idle other*: everything else (Python between ops, sleeps, waits that record no op).
+- step windows are the ``ProfilerStep#N`` ranges, else the main thread's extent.
+
+*Data wait* (both kinds) is the device idle caused by the data loader: each idle gap that a
+``DataLoader`` ``__next__`` span overlaps counts from where the span (or the gap) starts to the end of
+the gap — the wait itself and the idle that follows it until the device has work again.
+
+Taught in chapter 9 (profiler traces).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import labkit.intervals as iv
+from labkit.trace.load import (
+    COMM_KERNEL_RE,
+    CPU_OP,
+    DEVICE_CATS,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    RUNTIME,
+    USER_ANNOTATION,
+    RankEvents,
+)
+from labkit.units import US
+
+_MEM_NAMES = ("Memcpy", "Memset", "dma")
+_DTYPE_BYTES = {"float": 4, "float32": 4, "int": 4, "int32": 4, "uint32": 4, "double": 8, "float64": 8,
+                "long": 8, "int64": 8, "uint64": 8, "half": 2, "float16": 2, "bfloat16": 2, "bf16": 2,
+                "int16": 2, "short": 2, "char": 1, "byte": 1, "int8": 1, "uint8": 1, "bool": 1,
+                "float8_e4m3fn": 1, "float8_e5m2": 1, "int8_t": 1, "uint8_t": 1}
+_COLL_WORDS = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
+               ("alltoall", "all_to_all"), ("sendrecv", "send_recv"), ("broadcast", "broadcast"),
+               ("reduce", "reduce"), ("send", "send"), ("recv", "recv"), ("barrier", "barrier"),
+               ("gather", "gather"), ("scatter", "scatter"))
+COLUMNS = ("compute", "comm_exposed", "comm_hidden", "memcpy", "idle_host_wait", "idle_other", "total",
+           "data_wait")
+
+
+def collective_type(name: str) -> str:
+    """Collective of a kernel/span name or a ``Collective name`` arg: ``ncclDevKernel_AllGather_RING_LL``
+    → ``all_gather``; ``gloo:all_reduce`` → ``all_reduce``; ``allreduce`` → ``all_reduce``.
+
+    Taught in chapter 9.
+    """
+    key = name.split(":", 1)[1] if name.startswith("gloo:") else name
+    key = key.lower().replace("_", "").replace("nccl", "").replace("rccl", "")
+    for word, canon in _COLL_WORDS:
+        if word in key:
+            return canon
+    return "other"
+
+
+def dtype_bytes(dtype) -> int | None:
+    """Bytes per element of a trace ``dtype`` arg (``Float`` → 4, ``BFloat16`` → 2); None if unknown.
+
+    Taught in chapter 9.
+    """
+    if dtype is None:
+        return None
+    return _DTYPE_BYTES.get(str(dtype).lower().replace("torch.", ""))
+
+
+class RankView:
+    """Classified event sets of one rank, ready to be cut into step windows.
+
+    Taught in chapter 9.
+    """
+
+    def __init__(self, ev: RankEvents):
+        self.ev = ev
+        self.kind = "gpu" if ev.has_device else "cpu"
+        cat, names = ev.cat, ev.names
+        end = ev.end
+        self.main_thread = self._main_thread()
+        on_main = ev.thread == self.main_thread
+        dl = (cat == USER_ANNOTATION) & ev.name_mask(lambda n: "DataLoader" in n) & on_main
+        self.dataloader = iv.union(ev.ts[dl], end[dl])
+        step_mask = (cat == USER_ANNOTATION) & ev.name_mask(lambda n: n.startswith("ProfilerStep#")) & on_main
+        idx = np.flatnonzero(step_mask)
+        nums = np.array([int(names[ev.name_id[i]].split("#", 1)[1] or -1) for i in idx], dtype=int)
+        order = np.argsort(ev.ts[idx])
+        self.step_ids = nums[order]
+        self.step_host = np.stack([ev.ts[idx][order], end[idx][order]], axis=1) if idx.size else np.zeros((0, 2))
+        if self.kind == "gpu":
+            dev = np.isin(cat, DEVICE_CATS)
+            comm = (cat == KERNEL) & ev.name_mask(lambda n: bool(COMM_KERNEL_RE.match(n)))
+            mem = ((cat == MEMCPY) | (cat == MEMSET)
+                   | ((cat == KERNEL) & ev.name_mask(lambda n: n.startswith(_MEM_NAMES))))
+            comp = (cat == KERNEL) & ~comm & ~mem
+            self.comm_idx = np.flatnonzero(comm)
+            self.dev_idx = np.flatnonzero(dev)
+            self.comp_idx = np.flatnonzero(comp)
+            self.mem_idx = np.flatnonzero(mem)
+            # launch time of every device event via its correlation id
+            rt = np.flatnonzero(cat == RUNTIME)
+            rt_corr, rt_ts = ev.corr[rt], ev.ts[rt]
+            o = np.argsort(rt_corr)
+            rt_corr, rt_ts = rt_corr[o], rt_ts[o]
+            self.launch_ts = np.full(ev.ts.size, np.nan)
+            if rt_corr.size:
+                dc = ev.corr[self.dev_idx]
+                pos = np.clip(np.searchsorted(rt_corr, dc), 0, rt_corr.size - 1)
+                hit = rt_corr[pos] == dc
+                self.launch_ts[self.dev_idx[hit]] = rt_ts[pos[hit]]
+        else:
+            comm = (cat == USER_ANNOTATION) & ev.name_mask(lambda n: n.startswith("gloo:"))
+            comp = (cat == CPU_OP) & on_main & ev.name_mask(
+                lambda n: not n.startswith("c10d::") and n != "record_param_comms")
+            self.comm_idx = np.flatnonzero(comm)
+            self.comp_idx = np.flatnonzero(comp)
+            self.dev_idx = np.flatnonzero(comm | comp)
+            self.mem_idx = np.zeros(0, dtype=int)
+            self.launch_ts = None
+        self.comm_idx = self.comm_idx[np.argsort(ev.ts[self.comm_idx], kind="stable")]
+        self._comp_u = iv.union(ev.ts[self.comp_idx], end[self.comp_idx])
+        self._comm_u = iv.union(ev.ts[self.comm_idx], end[self.comm_idx])
+        self._mem_u = iv.union(ev.ts[self.mem_idx], end[self.mem_idx])
+        if self.kind == "cpu":
+            self._comp_u = iv.subtract(iv.subtract(self._comp_u, self.dataloader), self._comm_u)
+
+    def _main_thread(self) -> int:
+        ev = self.ev
+        steps = (ev.cat == USER_ANNOTATION) & ev.name_mask(lambda n: n.startswith("ProfilerStep#"))
+        if steps.any():
+            return int(np.bincount(ev.thread[steps]).argmax())
+        cpu = ev.cat == CPU_OP
+        if not cpu.any():
+            return -1
+        return int(np.bincount(ev.thread[cpu], weights=ev.dur[cpu]).argmax())
+
+    # ------------------------------------------------------------------ windows
+    def windows(self, steps=None) -> list[tuple[int, float, float, float, float]]:
+        """(step id, device start, device end, host start, host end) per selected step."""
+        ev = self.ev
+        unlinked = self.kind == "gpu" and bool(np.isnan(self.launch_ts[self.dev_idx]).all())
+        if self.step_ids.size == 0 or unlinked:       # no steps, or kernels not linked to launches
+            if self.dev_idx.size == 0:
+                return []
+            d0, d1 = ev.ts[self.dev_idx].min(), ev.end[self.dev_idx].max()
+            if self.kind == "gpu":
+                host = ev.cat != KERNEL
+                h0, h1 = ev.ts[host].min(), ev.end[host].max()
+            else:
+                h0, h1 = d0, d1
+            return [(-1, d0, d1, h0, h1)]
+        out = []
+        for i, (sid, (h0, h1)) in enumerate(zip(self.step_ids, self.step_host, strict=True)):
+            if steps is not None and sid not in steps:
+                continue
+            if self.kind == "cpu":
+                out.append((int(sid), h0, h1, h0, h1))
+                continue
+            lt = self.launch_ts[self.dev_idx]
+            mine = self.dev_idx[(lt >= h0) & (lt < h1)]
+            if mine.size == 0:
+                continue
+            d0 = ev.ts[mine].min()
+            if i + 1 < len(self.step_ids):
+                n0, n1 = self.step_host[i + 1]
+                nxt = self.dev_idx[(lt >= n0) & (lt < n1)]
+                d1 = ev.ts[nxt].min() if nxt.size else ev.end[mine].max()
+            else:
+                d1 = ev.end[mine].max()
+            out.append((int(sid), d0, d1, h0, h1))
+        return out
+
+    # ------------------------------------------------------------------ breakdown
+    def breakdown(self, w) -> dict:
+        """Seconds in each part of the partition for one window (see the module docstring)."""
+        sid, d0, d1, h0, h1 = w
+        comp = iv.clip(self._comp_u, d0, d1)
+        comm = iv.clip(self._comm_u, d0, d1)
+        mem = iv.clip(self._mem_u, d0, d1)
+        compute = iv.total(comp)
+        comm_t = iv.total(comm)
+        hidden = iv.intersect_total(comm, comp)
+        mem_only = iv.subtract(iv.subtract(mem, comp), comm)
+        busy = iv.union(np.concatenate([comp[0], comm[0], mem_only[0]]),
+                        np.concatenate([comp[1], comm[1], mem_only[1]]))
+        total = d1 - d0
+        idle = max(total - iv.total(busy), 0.0)
+        gaps = _gaps(busy, d0, d1)
+        dl = iv.clip(self.dataloader, d0, d1)
+        data_idle = _data_idle(gaps, dl)
+        if self.kind == "cpu":
+            host_wait = iv.intersect_total(gaps, dl)
+        else:
+            host_wait = self._host_wait(gaps)
+        host_wait = min(host_wait, idle)
+        us = US
+        return {"step": sid, "compute": compute * us, "comm_exposed": (comm_t - hidden) * us,
+                "comm_hidden": hidden * us, "memcpy": iv.total(mem_only) * us, "idle_host_wait": host_wait * us,
+                "idle_other": (idle - host_wait) * us, "total": total * us, "data_wait": data_idle * us}
+
+    def _host_wait(self, gaps) -> float:
+        """Part of each idle gap before the next device event had been launched by the host."""
+        ev = self.ev
+        if gaps[0].size == 0:
+            return 0.0
+        order = self.dev_idx[np.argsort(ev.ts[self.dev_idx], kind="stable")]
+        starts = ev.ts[order]
+        nxt = np.searchsorted(starts, gaps[1], side="left")
+        ok = nxt < starts.size
+        launch = np.full(gaps[0].size, np.nan)
+        launch[ok] = self.launch_ts[order[nxt[ok]]]
+        wait = np.minimum(launch, gaps[1]) - gaps[0]
+        return float(np.nansum(np.clip(wait, 0, None)))
+
+    # ------------------------------------------------------------------ collectives
+    def collectives(self, windows) -> list[dict]:
+        """Collectives inside the windows, in time order: type, start, duration, bytes (when known)."""
+        ev = self.ev
+        spans = [(w[1], w[2]) for w in windows]
+        out = []
+        rpc = sorted((i for i in ev.comm_args if ev.cat[i] == CPU_OP), key=lambda i: ev.ts[i])
+        rpc_ts = np.array([ev.ts[i] for i in rpc]) if rpc else np.zeros(0)
+        for k, i in enumerate(self.comm_idx):
+            t0 = ev.ts[i]
+            if not any(a <= t0 < b for a, b in spans):
+                continue
+            name = ev.names[ev.name_id[i]]
+            args = ev.comm_args.get(int(i))
+            if not (args and "In msg nelems" in args) and rpc:
+                args = self._param_comms(i, k, rpc, rpc_ts)
+            ctype = collective_type(str(args.get("Collective name"))) if args and args.get("Collective name") \
+                else collective_type(name)
+            nbytes = None
+            if args and args.get("In msg nelems") is not None:
+                size = dtype_bytes(args.get("dtype"))
+                if size:
+                    nelems = max(int(args.get("In msg nelems") or 0), int(args.get("Out msg nelems") or 0))
+                    nbytes = nelems * size
+            out.append({"type": ctype, "name": name, "start_us": float(t0), "dur_us": float(ev.dur[i]),
+                        "bytes": nbytes})
+        return out
+
+    def _param_comms(self, i, k, rpc, rpc_ts):
+        """The ``record_param_comms`` op that launched comm event ``i`` (GPU: contains its launch;
+        CPU: the k-th one, when counts agree)."""
+        ev = self.ev
+        if self.kind == "gpu":
+            lt = self.launch_ts[i]
+            if lt != lt:
+                return None
+            j = np.searchsorted(rpc_ts, lt, side="right") - 1
+            if j >= 0 and lt <= ev.ts[rpc[j]] + ev.dur[rpc[j]]:
+                return ev.comm_args[rpc[j]]
+            return None
+        if len(rpc) == self.comm_idx.size:
+            return ev.comm_args[rpc[k]]
+        return None
+
+    def compute_between(self, t0, t1) -> float:
+        """Compute seconds in [t0, t1)."""
+        return iv.total(iv.clip(self._comp_u, t0, t1)) * US
+
+
+def _data_idle(gaps, dl) -> float:
+    """Device idle caused by the data loader: every idle gap that a DataLoader span overlaps counts
+    from the later of (gap start, span start) to the gap's end — the wait and the idle that follows
+    it until the device has work again."""
+    if gaps[0].size == 0 or dl[0].size == 0:
+        return 0.0
+    first = np.full(gaps[0].size, np.inf)
+    for a, b in zip(dl[0], dl[1], strict=True):
+        hit = (gaps[0] < b) & (gaps[1] > a)
+        first[hit] = np.minimum(first[hit], np.maximum(gaps[0][hit], a))
+    ok = np.isfinite(first)
+    return float(np.sum(gaps[1][ok] - first[ok]))
+
+
+def _gaps(busy, lo, hi):
+    """Complement of a merged set within [lo, hi)."""
+    s = np.concatenate([[lo], busy[1]])
+    e = np.concatenate([busy[0], [hi]])
+    keep = e > s
+    return s[keep], e[keep]

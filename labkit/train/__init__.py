@@ -1,0 +1,20 @@
+"""Training: one config, one loop, parallelism applied from outside the model.
+
+- :class:`TrainConfig` (``config.py``) — what a run is, validated;
+- :func:`parallelize` (``parallel.py``) — the one place DDP / FSDP2 / FSDP1 / checkpointing / compile
+  are applied;
+- :func:`train` (``loop.py``) — the one training loop, one rank;
+- ``inject.py`` — bottleneck injections (chapters 2, 9, 14), ``report.py`` — the run record;
+- :func:`run` / :func:`run_many` (``launch.py``) — the loop on N ranks through :func:`labkit.launch`.
+
+Taught in chapter 4, chapter 14, chapter 15, chapter 19 and chapter 20.
+"""
+from labkit.train.config import BACKWARD_PREFETCH, DTYPES, INJECTIONS, PARALLEL, SHARDING, TrainConfig
+from labkit.train.launch import run, run_many
+from labkit.train.loop import build_model, forward_backward, train
+from labkit.train.parallel import parallelize, sync_context, world
+from labkit.train.report import peak_memory
+
+__all__ = ["TrainConfig", "train", "run", "run_many", "build_model", "forward_backward", "parallelize",
+           "sync_context", "world", "peak_memory", "PARALLEL", "DTYPES", "INJECTIONS", "SHARDING",
+           "BACKWARD_PREFETCH"]

@@ -1,0 +1,145 @@
+"""``TrainConfig``: everything that defines a training run, frozen and validated.
+
+One config for every run labkit makes — the chapters' baselines, ``labkit run``, the tuning sweeps,
+the memory measurements and the injected bottlenecks of ``labkit diagnose --inject``:
+
+- **batch**: ``micro_batch`` sequences per rank per micro-batch × ``accum`` micro-batches per step ×
+  ranks = the global batch, in sequences of ``seq_len`` tokens (chapter 15);
+- **parallelism** (applied from outside the model by :mod:`labkit.train.parallel`): ``"single"``,
+  ``"ddp"`` (``bucket_cap_mb``), ``"fsdp"`` = FSDP2 ``fully_shard`` (``reshard_after_forward``,
+  explicit ``prefetch`` depth, ``mp_policy``), ``"fsdp1"`` = ``FullyShardedDataParallel``
+  (``sharding_strategy``, ``limit_all_gathers``, ``backward_prefetch``, ``forward_prefetch``,
+  ``mp_policy``); ``checkpoint`` (activation recomputation per block), ``compile``;
+- **injected bottlenecks** (chapters 2, 9, 14; sized by :mod:`labkit.train.inject`): ``inject`` =
+  ``"data"`` (the loader sleeps per sample), ``"comm"`` (an extra padded all-reduce per step — an
+  oversized bucket), ``"compute"`` (micro-batches of one sequence, accumulated to the same tokens),
+  ``"memory"`` (an activation budget that forces a smaller micro-batch and recomputation);
+  ``inject_share`` is the share of a clean step the data/comm injection adds unless
+  ``data_slowdown_s``/``comm_pad_mb`` fix it;
+- **measurement**: ``warmup_steps`` (excluded from timing), ``profile_dir`` (one Chrome trace per
+  rank; ``profile_steps`` = how many of the last steps to record), ``peak_flops`` (per device; None →
+  :func:`labkit.hardware.resolve_peak`).
+
+Taught in chapter 14 (the baseline record) and chapter 15 (micro-batch, accumulation, recomputation).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from labkit import checks
+
+PARALLEL = ("single", "ddp", "fsdp", "fsdp1")
+DTYPES = ("fp32", "bf16")
+INJECTIONS = ("none", "data", "compute", "comm", "memory")
+SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSDP1
+BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run (see the module docstring). Taught in chapter 14."""
+
+    model: str = "tiny"
+    seq_len: int | None = None          # None → the model size's seq_len
+    micro_batch: int = 8                # sequences per rank per micro-batch
+    accum: int = 1                      # micro-batches per optimizer step
+    steps: int = 20                     # optimizer steps, warm-up included
+    warmup_steps: int = 3               # excluded from the timing statistics (not from the loss curve)
+    dtype: str = "fp32"                 # "fp32" | "bf16" (autocast; never fp16 on CPU)
+    parallel: str = "single"            # "single" | "ddp" | "fsdp" (FSDP2) | "fsdp1"
+    bucket_cap_mb: float = 25.0         # DDP
+    reshard_after_forward: bool = True  # FSDP2
+    prefetch: int = 0                   # FSDP2 explicit prefetch depth (0 = implicit only)
+    mp_policy: str | None = None        # FSDP2/FSDP1: None | "bf16" (bf16 params, fp32 reduction)
+    sharding_strategy: str = "FULL_SHARD"             # FSDP1
+    limit_all_gathers: bool = True                    # FSDP1
+    backward_prefetch: str | None = "BACKWARD_PRE"    # FSDP1
+    forward_prefetch: bool = False                    # FSDP1
+    checkpoint: bool = False            # activation checkpointing per block
+    compile: bool = False               # torch.compile
+    attention: str = "sdpa"             # "sdpa" | "naive"
+    lr: float = 3e-4
+    seed: int = 0
+    num_workers: int = 0
+    data_slowdown_s: float = 0.0        # sleep per sample in the loader (labkit.data.SlowDataset)
+    inject: str = "none"                # "none" | "data" | "compute" | "comm" | "memory"
+    inject_share: float = 0.4           # share of a clean step the data/comm injection adds
+    comm_pad_mb: float = 0.0            # extra all-reduce payload per step (inject="comm"; 0 → sized)
+    memory_budget_mb: float | None = None  # activation budget (inject="memory"; None → half a sample's)
+    profile_dir: str | None = None      # torch.profiler chrome traces, one file per rank
+    profile_steps: int | None = None    # record the last N steps (None → up to 3 after 2 skipped)
+    device: str = "auto"
+    peak_flops: float | None = None     # per device; None → labkit.hardware.resolve_peak
+    label: str = "train"
+
+    def __post_init__(self):
+        from labkit.model_config import ATTENTIONS, SIZES
+
+        def bad(name, valid):
+            raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} is not valid; {valid}")
+
+        if self.model not in SIZES:
+            bad("model", f"choose one of {sorted(SIZES)}")
+        for name in ("micro_batch", "accum", "steps"):
+            checks.count(f"TrainConfig.{name}", getattr(self, name))
+        checks.count("TrainConfig.warmup_steps", self.warmup_steps, at_least=0, at_most=self.steps - 1)
+        if self.seq_len is not None:
+            checks.count("TrainConfig.seq_len", self.seq_len, at_most=SIZES[self.model].seq_len)
+        if self.dtype not in DTYPES:
+            bad("dtype", f"choose one of {DTYPES} (fp16 is not offered: ≈1 GFLOP/s on CPU)")
+        if self.parallel not in PARALLEL:
+            bad("parallel", f"choose one of {PARALLEL}")
+        if self.mp_policy not in (None, "bf16"):
+            bad("mp_policy", "choose None or 'bf16'")
+        if self.mp_policy and self.parallel not in ("fsdp", "fsdp1"):
+            bad("mp_policy", "a mixed-precision policy applies to parallel='fsdp' or 'fsdp1' only")
+        if self.sharding_strategy not in SHARDING:
+            bad("sharding_strategy", f"choose one of {SHARDING}")
+        if self.backward_prefetch not in BACKWARD_PREFETCH:
+            bad("backward_prefetch", f"choose one of {BACKWARD_PREFETCH}")
+        if self.attention not in ATTENTIONS:
+            bad("attention", f"choose one of {ATTENTIONS}")
+        if self.inject not in INJECTIONS:
+            bad("inject", f"choose one of {INJECTIONS}")
+        checks.count("TrainConfig.prefetch", self.prefetch, at_least=0)
+        checks.count("TrainConfig.num_workers", self.num_workers, at_least=0)
+        checks.positive("TrainConfig.bucket_cap_mb", self.bucket_cap_mb)
+        checks.positive("TrainConfig.lr", self.lr)
+        checks.nonneg("TrainConfig.data_slowdown_s", self.data_slowdown_s)
+        checks.nonneg("TrainConfig.comm_pad_mb", self.comm_pad_mb)
+        checks.fraction("TrainConfig.inject_share", self.inject_share, open_low=True, open_high=True)
+        if self.memory_budget_mb is not None:
+            checks.positive("TrainConfig.memory_budget_mb", self.memory_budget_mb)
+        if self.profile_steps is not None:
+            checks.count("TrainConfig.profile_steps", self.profile_steps, at_most=self.steps)
+        if self.peak_flops is not None:
+            checks.positive("TrainConfig.peak_flops", self.peak_flops)
+
+    @property
+    def model_config(self):
+        """The GPT's :class:`~labkit.model_config.GPTConfig` (checkpointing is applied by the trainer)."""
+        from labkit.model_config import gpt_config
+
+        return gpt_config(self.model, seq_len=self.seq_len, attention=self.attention)
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype whose peak the run's MFU divides by: bf16 under autocast or a bf16 policy."""
+        return "bf16" if (self.dtype == "bf16" or self.mp_policy == "bf16") else "fp32"
+
+    @property
+    def memory_strategy(self) -> str:
+        """This run's name in :data:`labkit.memory.estimate.STRATEGIES` (what each rank stores)."""
+        if self.parallel in ("single", "ddp"):
+            return "ddp"
+        if self.parallel == "fsdp":
+            return "fsdp_full" if self.reshard_after_forward else "fsdp_grad_op"
+        return {"FULL_SHARD": "fsdp_full", "SHARD_GRAD_OP": "fsdp_grad_op", "NO_SHARD": "fsdp_no_shard",
+                "HYBRID_SHARD": "fsdp_hybrid"}[self.sharding_strategy]
+
+    def replace(self, **changes) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

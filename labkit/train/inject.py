@@ -1,0 +1,118 @@
+"""Bottleneck injections: trainer options that make one family of bottleneck on purpose.
+
+Chapters 2, 9 and 14 (and ``labkit diagnose --inject``) check that :func:`labkit.diagnose.diagnose`
+names a bottleneck we *made*. Each injection changes one thing of the reference run:
+
+========== ============================================================================
+inject      what changes
+========== ============================================================================
+``data``    the loader sleeps per sample (a slow decode / remote read; ``data_slowdown_s``)
+``comm``    one extra all-reduce of ``comm_pad_mb`` per step after backward (an oversized bucket)
+``compute`` micro-batches of one sequence, accumulated to the same tokens per step: GEMMs of
+            ``seq_len`` rows instead of ``micro_batch × seq_len``, so per-op overhead dominates
+``memory``  an activation budget smaller than the micro-batch needs: the micro-batch halves until
+            it fits (accumulation keeps the global batch); if even one sequence does not fit,
+            activations are recomputed (checkpointing)
+========== ============================================================================
+
+:func:`plan` applies the compute and memory injections to the config before the model is built.
+:func:`size_injection` sizes the data and comm injections against *this machine's own clean step*
+(two un-injected steps are timed first) so that they add ``inject_share`` of a step whatever the load
+on a shared machine; ``data_slowdown_s`` / ``comm_pad_mb`` fix them instead. What was used is in the
+record's config (``data_slowdown_s_used``, ``comm_pad_mb_used``, ``micro_batch_requested``,
+``memory_budget_bytes``).
+
+Taught in chapter 14 (systematic diagnosis) and chapter 2 (the five bottleneck families).
+"""
+from __future__ import annotations
+
+from labkit.units import MIB
+
+
+def activation_bytes_per_sample(cfg, device) -> int:
+    """Exact bytes autograd saves in one forward of one sequence of ``cfg``'s model (no recomputation)."""
+    import torch
+
+    from labkit.memory.tensors import measure_activation_bytes
+    from labkit.models import GPT
+
+    mcfg = cfg.model_config
+    net = GPT(mcfg).to(device)
+    idx = torch.zeros((1, mcfg.seq_len), dtype=torch.long, device=device)
+    return measure_activation_bytes(net, idx, idx)
+
+
+def plan(cfg, device) -> tuple:
+    """(the config to run, facts for the record) after the compute and memory injections.
+
+    A ``memory_budget_mb`` constrains any run; ``inject="memory"`` without one sets half of what a
+    single sequence needs — so the run must recompute. Taught in chapter 14.
+    """
+    facts: dict = {}
+    if cfg.inject == "compute":
+        facts["micro_batch_requested"] = cfg.micro_batch
+        cfg = cfg.replace(micro_batch=1, accum=cfg.accum * cfg.micro_batch)
+    if cfg.inject == "memory" or cfg.memory_budget_mb is not None:
+        per_sample = activation_bytes_per_sample(cfg, device)
+        budget = cfg.memory_budget_mb * MIB if cfg.memory_budget_mb is not None else 0.5 * per_sample
+        mb = cfg.micro_batch
+        while mb > 1 and mb * per_sample > budget:
+            mb //= 2
+        states = 4 * 4 * _n_params(cfg)          # fp32 params + grads + Adam m and v
+        facts.update(micro_batch_requested=cfg.micro_batch, activation_bytes_per_sample=per_sample,
+                     memory_budget_bytes=int(budget) + states)
+        cfg = cfg.replace(micro_batch=mb, accum=cfg.accum * (cfg.micro_batch // mb),
+                          checkpoint=cfg.checkpoint or mb * per_sample > budget)
+    return cfg, facts
+
+
+def _n_params(cfg) -> int:
+    from labkit.flops import n_params
+
+    return n_params(cfg.model_config.shape())
+
+
+def size_injection(cfg, clean_step_s: float, allreduce_bytes_per_s: float) -> tuple[float, float]:
+    """(sleep per sample in s, all-reduce padding in MB) that make the data or comm injection add
+    ``inject_share`` of a step: extra = share / (1 − share) × clean step. Fixed sizes win. Chapter 14."""
+    extra = cfg.inject_share / (1 - cfg.inject_share) * clean_step_s
+    slow = pad = 0.0
+    if cfg.inject == "data":
+        slow = cfg.data_slowdown_s or extra / (cfg.micro_batch * cfg.accum)
+    if cfg.inject == "comm":
+        pad = cfg.comm_pad_mb or extra * allreduce_bytes_per_s / MIB
+    return slow, pad
+
+
+def calibrate(cfg, clean_step, device) -> tuple[float, float]:
+    """Time two clean steps (``clean_step()``) and one all-reduce on every rank, agree on the sizes
+    (the largest over ranks, so every rank pads the same) and return :func:`size_injection`'s pair."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    def timed(fn):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
+
+    t_clean = [timed(clean_step) for _ in range(2)][-1]
+    bw = float("inf")
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        buf = torch.zeros(_n_params(cfg), device=device)     # the size of the fp32 gradients
+        dist.barrier()
+        t_ar = torch.tensor([timed(lambda: dist.all_reduce(buf))], dtype=torch.float64, device=device)
+        # the bandwidth from the rank that arrived last (the others' time includes waiting for it)
+        dist.all_reduce(t_ar, op=dist.ReduceOp.MIN)
+        bw = buf.numel() * 4 / max(float(t_ar[0]), 1e-6)
+    slow, pad = size_injection(cfg, t_clean, bw if bw != float("inf") else 0.0)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        knobs = torch.tensor([slow, pad], dtype=torch.float64, device=device)
+        dist.all_reduce(knobs, op=dist.ReduceOp.MAX)
+        slow, pad = float(knobs[0]), float(knobs[1])
+    return slow, pad

@@ -1,0 +1,69 @@
+"""The reference loop on N fresh ranks: ``run(cfg, nprocs)`` through :func:`labkit.launch`.
+
+The ranks run :func:`labkit.train.loop.train` with torch.distributed initialised by the launcher; the
+same entry runs under plain ``torchrun --nproc_per_node=N -m labkit run`` (multi-node, Slurm), so code
+that outgrows one machine keeps working. :func:`run_many` trains several configs one after the other
+in the same ranks (starting processes is the slow part on a loaded machine).
+
+Taught in chapter 4 (MFU), chapter 14 (baseline record), chapter 19/20 (DDP/FSDP).
+"""
+from __future__ import annotations
+
+from labkit.record import RunRecord
+from labkit.train import report
+from labkit.train.config import TrainConfig
+from labkit.train.loop import train
+
+
+def _rank_entry(cfg: TrainConfig, probe=None) -> RunRecord:
+    """What each launched rank runs for :func:`run` (importable, so labkit.launch can start it)."""
+    return train(cfg, probe=probe)
+
+
+def _rank_many(cfgs: list, probe=None) -> list:
+    """What each launched rank runs for :func:`run_many`."""
+    return [train(c, probe=probe) for c in cfgs]
+
+
+def _check(cfgs, nprocs) -> None:
+    for cfg in cfgs:
+        if not isinstance(cfg, TrainConfig):
+            raise TypeError(f"run needs a TrainConfig, got {type(cfg).__name__}")
+        if cfg.parallel == "single" and nprocs != 1:
+            raise ValueError(f"nprocs={nprocs} with parallel='single': use parallel='ddp' or 'fsdp' for > 1 rank")
+
+
+def run(cfg: TrainConfig, nprocs: int = 1, *, timeout_s: float = 600, stream: bool = False,
+        probe=None) -> RunRecord:
+    """Train ``cfg`` on ``nprocs`` fresh ranks; rank 0's record (:func:`labkit.train.report.combine`).
+
+    ``record.extra["losses_per_rank"]`` holds every rank's loss curve (identical after the all-reduce),
+    ``extra["rank_peak_rss_bytes"]`` every rank's peak RSS. ``parallel="single"`` needs ``nprocs=1``.
+    ``probe``: a module-level function run in every rank at the end (:func:`labkit.train.loop.train`).
+    Taught in chapter 4 (MFU), chapter 14 (baseline record), chapter 19/20 (DDP/FSDP).
+    """
+    _check([cfg], nprocs)
+    from labkit.launcher.parent import launch
+
+    res = launch(_rank_entry, nprocs, args=(cfg, probe), timeout_s=timeout_s, stream=stream, rank0_only=True)
+    return report.combine(res)
+
+
+def run_many(cfgs, nprocs: int = 1, *, timeout_s: float = 600, all_ranks: bool = False, probe=None) -> list:
+    """Train each config in turn in the same ``nprocs`` ranks; one record per config (rank 0's), or with
+    ``all_ranks`` a list of every rank's record per config. Taught in chapter 14."""
+    cfgs = list(cfgs)
+    if not cfgs:
+        raise ValueError("run_many needs at least one TrainConfig")
+    _check(cfgs, nprocs)
+    from labkit.launcher.parent import launch
+
+    res = launch(_rank_many, nprocs, args=(cfgs, probe), timeout_s=timeout_s, stream=False)
+    if all_ranks:
+        return [[per_rank[i] for per_rank in res.values] for i in range(len(cfgs))]
+    out = []
+    for i, rec in enumerate(res.value):
+        rec.extra["losses_per_rank"] = [per_rank[i].loss for per_rank in res.values]
+        rec.extra["trace_files"] = [f for per_rank in res.values for f in per_rank[i].extra.get("trace_files", [])]
+        out.append(rec)
+    return out

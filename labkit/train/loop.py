@@ -1,0 +1,217 @@
+"""The reference training loop: one :class:`~labkit.train.config.TrainConfig` in, one
+:class:`~labkit.record.RunRecord` out — the only training loop in labkit.
+
+The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. Per optimizer step
+(chapter 14's baseline, instrumented with :class:`labkit.meter.Meter` phases ``data`` / ``forward`` /
+``backward`` / ``comm`` / ``optimizer``)::
+
+    for each of `accum` micro-batches:           # gradient accumulation (chapter 15)
+        data      next(loader) → device
+        forward   (bf16 autocast if dtype="bf16") loss / accum
+        backward  loss.backward()  — DDP/FSDP gradient sync only on the last micro-batch
+    comm          only with inject="comm": the padded all-reduce
+    optimizer     AdamW step, zero_grad
+
+Parallelism is applied from outside the model by :func:`labkit.train.parallel.parallelize`; bottleneck
+injections by :mod:`labkit.train.inject`; the record is built by :mod:`labkit.train.report`.
+
+Global batch = micro_batch × accum × world ranks sequences of seq_len tokens. The data order depends
+only on the seed and the global batch (see :func:`labkit.data.make_loader`), so 1 process with
+micro_batch·world, or accum·micro_batch, sees the same samples per step as W ranks — the loss curves
+agree to float tolerance in fp32 (tests/test_train.py). The per-step loss is averaged over ranks once,
+at the end (one all-reduce; no sync per step).
+
+Taught in chapter 4 (MFU of a real run), chapter 14 (the baseline record) and chapter 15 (micro-batch,
+accumulation, recomputation).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+from labkit.record import RunRecord
+from labkit.train import inject, report
+from labkit.train.config import TrainConfig
+from labkit.train.parallel import parallelize, sync_context, world
+
+
+def _device(cfg: TrainConfig):
+    import torch
+
+    from labkit.hardware.measure import resolve_device
+
+    dev = resolve_device(cfg.device)
+    if dev.type == "cuda" and dev.index is None:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if local >= torch.cuda.device_count():
+            raise ValueError(f"LOCAL_RANK={local} but only {torch.cuda.device_count()} GPU(s): use device='cpu' "
+                             "or at most one rank per GPU")
+        dev = torch.device("cuda", local)
+        torch.cuda.set_device(dev)
+    return dev
+
+
+def build_model(cfg: TrainConfig, device):
+    """The GPT of ``cfg``, seeded (same initial weights on every rank), on ``device``, wrapped by
+    :func:`~labkit.train.parallel.parallelize`. Taught in chapter 19 (DDP) and chapter 20 (FSDP)."""
+    import torch
+
+    from labkit.models import GPT
+
+    torch.manual_seed(cfg.seed)
+    return parallelize(GPT(cfg.model_config).to(device), cfg, device)
+
+
+def _autocast(cfg: TrainConfig, device):
+    import torch
+
+    if cfg.dtype == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None):
+    """Accumulate gradients over ``cfg.accum`` micro-batches from ``micro_batches`` (an iterator of
+    (x, y)); returns the summed loss.
+
+    Each micro-batch's loss is divided by ``cfg.accum`` so the accumulated gradient equals the gradient
+    of the mean loss over the whole k·b batch. Taught in chapter 15 (gradient accumulation).
+    """
+    import torch
+
+    phase = meter.phase if meter is not None else (lambda name: contextlib.nullcontext())
+    total = torch.zeros((), device=device)
+    for j in range(cfg.accum):
+        with phase("data"):
+            x, y = next(micro_batches)
+            x = x.to(device, non_blocking=True)
+            y = y.to(device, non_blocking=True)
+        with sync_context(model, cfg, last=j == cfg.accum - 1):
+            with phase("forward"), _autocast(cfg, device):
+                _, loss = model(x, y)
+                loss = loss / cfg.accum
+            with phase("backward"):
+                loss.backward()
+        total += loss.detach().float()
+    return total
+
+
+def _batches(cfg: TrainConfig, slowdown_s: float, world_size: int, device):
+    """Cycle through the loader forever, reshuffling each epoch (DistributedSampler.set_epoch)."""
+    from labkit import data
+
+    loader = data.make_loader(data.TokenDataset(data.load_tokens(), cfg.model_config.seq_len), cfg.micro_batch,
+                              num_workers=cfg.num_workers, pin_memory=device.type == "cuda",
+                              persistent_workers=cfg.num_workers > 0, slowdown_s=slowdown_s,
+                              seed=cfg.seed, distributed=world_size > 1)
+    epoch = 0
+    while True:
+        loader.sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def _profiler(cfg: TrainConfig, device, rank: int):
+    if not cfg.profile_dir:
+        return None, []
+    from pathlib import Path
+
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    out = Path(cfg.profile_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"rank{rank}.json"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    if cfg.profile_steps is None:   # skip 1 step (allocations, lazy init), warm the profiler 1, record ≤ 3
+        active = max(1, min(3, cfg.steps - 2))
+        wait, warm = (1 if cfg.steps >= 3 else 0), (1 if cfg.steps >= 2 else 0)
+    else:                           # the last profile_steps steps, the one before them warms the profiler
+        active = cfg.profile_steps
+        warm = 1 if cfg.steps > active else 0
+        wait = cfg.steps - active - warm
+    prof = profile(activities=acts, schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
+                   on_trace_ready=lambda p: p.export_chrome_trace(str(path)))
+    return prof, [str(path)]
+
+
+def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
+    """Train in this process (one rank of a launch, or alone) and return the run record.
+
+    With ``parallel`` "ddp"/"fsdp"/"fsdp1" torch.distributed must be initialised (it is in a
+    :func:`labkit.launch` rank; under torchrun it is initialised here from the environment).
+    ``probe(model, optimizer, cfg) -> dict``, if given, runs at the end of the last step after the optimizer
+    step and before the gradients are cleared — when parameters, gradients and optimizer state are all
+    live — and its result is ``record.extra["probe"]`` (e.g. the model state's exact bytes,
+    :mod:`labkit.memory.measure`).
+    Taught in chapter 4 (MFU), chapter 14 (baseline record) and chapter 15 (accumulation).
+    """
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"train needs a TrainConfig, got {type(cfg).__name__}")
+    import torch
+    import torch.distributed as dist
+
+    if cfg.parallel != "single" and not dist.is_initialized() and "WORLD_SIZE" in os.environ:
+        from labkit.launcher.worker import init_distributed
+
+        init_distributed()
+    n, rank = world()
+    if cfg.parallel != "single" and not dist.is_initialized():
+        raise ValueError(f"parallel={cfg.parallel!r} needs torch.distributed: use labkit.train.run(cfg, nprocs) "
+                         "or torchrun")
+    if cfg.parallel == "single" and n > 1:
+        raise ValueError(f"parallel='single' on {n} ranks would train {n} independent models; "
+                         "use 'ddp' or 'fsdp'")
+    if cfg.inject == "comm" and n < 2:
+        raise ValueError("inject='comm' pads an all-reduce between ranks: run it on 2 or more ranks")
+    device = _device(cfg)
+    requested = cfg
+    cfg, facts = inject.plan(cfg, device)
+    model = build_model(cfg, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    batches = _batches(cfg, cfg.data_slowdown_s, n, device)
+
+    probed = {}
+
+    def step(meter=None, pad=None, last=False):
+        loss = forward_backward(model, batches, cfg, device, meter)
+        if pad is not None:
+            from torch.profiler import record_function
+
+            with (meter.phase("comm") if meter else contextlib.nullcontext()), record_function("inject:comm_pad"):
+                dist.all_reduce(pad)
+        with meter.phase("optimizer") if meter else contextlib.nullcontext():
+            opt.step()
+            if last and probe is not None:
+                probed.update(probe(model, opt, cfg))
+            opt.zero_grad(set_to_none=True)
+        return loss
+
+    pad = None
+    if cfg.inject in ("data", "comm"):
+        slow, pad_mb = inject.calibrate(cfg, step, device)
+        facts.update(data_slowdown_s_used=slow, comm_pad_mb_used=pad_mb)
+        if slow:
+            batches = _batches(cfg, slow, n, device)
+        if pad_mb:
+            pad = torch.zeros(max(1, int(pad_mb * 2**20 / 4)), device=device)
+    meter = report.meter_for(cfg, n, device)
+    prof, trace_files = _profiler(cfg, device, rank)
+    losses = []
+    t0 = time.perf_counter()
+    with prof if prof is not None else contextlib.nullcontext():
+        for i in range(cfg.steps):
+            with meter.step():
+                losses.append(step(meter, pad, last=i == cfg.steps - 1))
+            if prof is not None:
+                prof.step()
+    wall = time.perf_counter() - t0
+    loss_t = torch.stack(losses).float()
+    if n > 1:   # the loss of the global batch = mean over ranks (equal local batch sizes)
+        dist.all_reduce(loss_t, op=dist.ReduceOp.SUM)
+        loss_t /= n
+    record = report.build(meter, cfg, requested, device=device, losses=loss_t.tolist(),
+                          wall_s=wall, rank=rank, trace_files=trace_files, facts=facts)
+    if probe is not None:
+        record.extra["probe"] = probed
+    return record

@@ -1,0 +1,115 @@
+"""The one place that applies parallelism to a single-device model.
+
+:mod:`labkit.models` knows nothing about ranks; :func:`parallelize` wraps a model the way a learner
+would wrap their own (torchtitan's seam: build the model, then apply AC, sharding or replication, then
+compile). Order matters and follows the PyTorch docs:
+
+1. activation checkpointing of every transformer block (``checkpoint_wrapper``, non-reentrant) —
+   before DDP / FSDP2 wrap the blocks; for FSDP1 after wrapping (``apply_activation_checkpointing``);
+2. ``"ddp"``: ``DistributedDataParallel(bucket_cap_mb=…)``
+   (https://pytorch.org/docs/stable/notes/ddp.html);
+   ``"fsdp"``: FSDP2 ``fully_shard`` per block and on the root over ``init_device_mesh(device, (world,))``,
+   with ``reshard_after_forward``, an optional ``MixedPrecisionPolicy(bf16 params, fp32 reduce)`` and
+   explicit prefetching ``prefetch`` blocks ahead
+   (https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html);
+   ``"fsdp1"``: ``FullyShardedDataParallel`` with a per-block wrap policy, ``sharding_strategy``,
+   ``backward_prefetch``, ``forward_prefetch``, ``limit_all_gathers`` and bf16 ``MixedPrecision``; on
+   CPU it needs ``device_id=cpu``; HYBRID_SHARD on one host degrades to NO_SHARD (PLATFORM_NOTES);
+3. ``torch.compile``.
+
+:func:`sync_context` switches gradient synchronisation off for all but the last micro-batch of an
+accumulation (DDP and FSDP1 ``no_sync()``; FSDP2 ``set_requires_gradient_sync``).
+
+Taught in chapter 19 (DDP) and chapter 20 (FSDP); pipeline stages (chapter 24) will be applied here too.
+"""
+from __future__ import annotations
+
+import contextlib
+
+
+def world() -> tuple[int, int]:
+    """(world size, rank) of the initialised process group, or (1, 0) alone. Taught in chapter 19."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def _checkpoint_blocks(model) -> None:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for i, block in enumerate(model.blocks):
+        model.blocks[i] = checkpoint_wrapper(block)
+
+
+def _fsdp2(model, cfg, device, n: int):
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kw = {"mesh": init_device_mesh(device.type, (n,)), "reshard_after_forward": cfg.reshard_after_forward}
+    if cfg.mp_policy == "bf16":
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    blocks = list(model.blocks)
+    for block in blocks:              # one all-gather / reduce-scatter unit per block
+        fully_shard(block, **kw)
+    fully_shard(model, **kw)          # the rest: embeddings (tied with the head), final norm
+    if cfg.prefetch:
+        for i, b in enumerate(blocks):
+            b.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + cfg.prefetch])
+            b.set_modules_to_backward_prefetch(blocks[max(0, i - cfg.prefetch):i][::-1])
+    return model
+
+
+def _fsdp1(model, cfg, device):
+    import torch
+    from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    from labkit.models import Block
+
+    mp = (MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.bfloat16)
+          if cfg.mp_policy == "bf16" else None)
+    wrapped = FSDP(model, sharding_strategy=ShardingStrategy[cfg.sharding_strategy],
+                   auto_wrap_policy=ModuleWrapPolicy({Block}), mixed_precision=mp,
+                   backward_prefetch=BackwardPrefetch[cfg.backward_prefetch] if cfg.backward_prefetch else None,
+                   forward_prefetch=cfg.forward_prefetch, limit_all_gathers=cfg.limit_all_gathers,
+                   device_id=device if device.type == "cpu" else device.index)
+    if cfg.checkpoint:
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+
+        apply_activation_checkpointing(wrapped, check_fn=lambda m: isinstance(m, Block))
+    return wrapped
+
+
+def parallelize(model, cfg, device):
+    """``model`` (single-device, already on ``device``) wrapped for ``cfg``: checkpointing, DDP / FSDP2 /
+    FSDP1, compile — see the module docstring. Taught in chapter 19 (DDP) and chapter 20 (FSDP)."""
+    import torch
+
+    n, _ = world()
+    if cfg.checkpoint and cfg.parallel != "fsdp1":
+        _checkpoint_blocks(model)
+    if cfg.parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(model, device_ids=[device] if device.type == "cuda" else None, bucket_cap_mb=cfg.bucket_cap_mb)
+    elif cfg.parallel == "fsdp":
+        model = _fsdp2(model, cfg, device, n)
+    elif cfg.parallel == "fsdp1":
+        model = _fsdp1(model, cfg, device)
+    if cfg.compile:
+        model = torch.compile(model)
+    return model
+
+
+def sync_context(model, cfg, last: bool):
+    """Skip gradient synchronisation on all but the last micro-batch of an accumulation (chapter 15)."""
+    inner = getattr(model, "_orig_mod", model)
+    if cfg.parallel in ("ddp", "fsdp1") and not last:
+        return inner.no_sync()
+    if cfg.parallel == "fsdp":
+        inner.set_requires_gradient_sync(last)
+    return contextlib.nullcontext()
