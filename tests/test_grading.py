@@ -244,3 +244,25 @@ def test_mini_lab_instructor_full_marks_learner_zero(tmp_path, capsys):
     assert cells["q1-check"]["error"]["ename"] == "CheckFailed"
     assert "not answered yet" in cells["q1-check"]["error"]["evalue"]
     assert os.path.exists(tmp_path / "out" / "executed" / "learner.ipynb")
+
+
+def test_cpu_limit_is_watched_from_outside_so_cpu_clocks_stay_precise():
+    """No RLIMIT_CPU in a submission (it makes time.process_time tick in 4 ms steps on HZ=250 kernels);
+    the CPU budget is enforced by polling instead: a spinning process is stopped once it passes it."""
+    import subprocess
+    import sys
+    import time
+
+    from labkit.grading.sandbox import Limits, wait_within
+
+    lim = Limits(cpu_s=1, fsize_mb=64, memory_mb=None)
+    probe = subprocess.run([sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_CPU))"],
+                           preexec_fn=lim.preexec(), capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == str((resource_infinity := -1, resource_infinity))
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True,
+                            preexec_fn=lim.preexec())
+    t0 = time.monotonic()
+    rc, why = wait_within(spin, timeout=120, cpu_s=1)
+    assert why == "cpu limit" and rc is not None and time.monotonic() - t0 < 60
+    quick = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    assert wait_within(quick, timeout=60, cpu_s=1) == (0, None)

@@ -23,7 +23,6 @@ import csv
 import datetime as dt
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -128,15 +127,10 @@ def _run(cmd, *, cwd, env, limits: sandbox.Limits, timeout: float, log: Path) ->
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=logf,
                                 stderr=subprocess.STDOUT, preexec_fn=limits.preexec(), start_new_session=True)
         try:
-            return proc.wait(timeout=timeout), False
-        except subprocess.TimeoutExpired:
-            sandbox.kill_tree(proc.pid)
-            try:
-                os.killpg(proc.pid, 9)
-            except OSError:
-                pass
-            proc.wait()
-            return proc.returncode, True
+            rc, why = sandbox.wait_within(proc, timeout=timeout, cpu_s=limits.cpu_s)
+            if why:
+                logf.write(f"\nlabkit grader: stopped: {why}\n".encode())
+            return rc, why is not None
         finally:
             if proc.poll() is None:  # interrupted (KeyboardInterrupt in the grader): leave nothing behind
                 sandbox.kill_tree(proc.pid)

@@ -1,9 +1,13 @@
 """Limits and clean-up for untrusted notebook runs (POSIX).
 
-- :class:`Limits`: CPU seconds (``RLIMIT_CPU``, per process: the kernel and each rank get their own
-  budget), largest file written (``RLIMIT_FSIZE``) and address space (``RLIMIT_AS``; 8 GiB on a CPU
-  machine, off where CUDA is present — see :func:`default_memory_mb`), applied in a
+- :class:`Limits`: CPU seconds per process (the kernel and each rank get their own budget), largest
+  file written (``RLIMIT_FSIZE``) and address space (``RLIMIT_AS``; 8 GiB on a CPU machine, off where
+  CUDA is present — see :func:`default_memory_mb`). The file and memory limits are rlimits applied in a
   ``preexec_fn`` so they are inherited by the kernel and every rank it starts (``setrlimit(2)``).
+  The CPU limit is *not* ``RLIMIT_CPU``: with any ``RLIMIT_CPU`` set, Linux reads a process's CPU time
+  on the scheduler tick, so ``time.process_time()`` inside the notebook advances in steps of 4 ms on a
+  ``CONFIG_HZ=250`` kernel and a learner's CPU-time measurement reads 0 or 4 ms (PLATFORM_NOTES).
+  :func:`wait_within` enforces it from outside instead, polling every process of the submission.
 - :func:`become_subreaper`: ``prctl(PR_SET_CHILD_SUBREAPER)`` (Linux ≥ 3.4, ``prctl(2)``), so processes a
   submission orphans (a hung rank whose launcher died) are re-parented to the executor, which kills them.
 - :func:`kill_tree`: SIGKILL a process and all its descendants (psutil).
@@ -42,7 +46,7 @@ class Limits:
 
     notebook_s: float = 600.0          # wall-clock for the whole notebook
     cell_s: float = 120.0              # wall-clock per cell (the kernel is interrupted, then the cell fails)
-    cpu_s: int | None = 1200           # RLIMIT_CPU per process
+    cpu_s: int | None = 1200           # CPU seconds per process (watched by wait_within, not RLIMIT_CPU)
     fsize_mb: int | None = 512         # RLIMIT_FSIZE: no file larger than this
     memory_mb: int | None = field(default_factory=lambda: default_memory_mb())  # RLIMIT_AS, see below
     output_mb: float = 4.0             # cell outputs kept per notebook; the rest is dropped and counted
@@ -58,14 +62,13 @@ class Limits:
                 raise ValueError(f"Limits.{name}={v!r}; must be a positive integer or None")
 
     def preexec(self):
-        """A ``preexec_fn`` that applies the rlimits in the child (new session: own process group)."""
+        """A ``preexec_fn`` that applies the file and memory rlimits in the child (new session: own process
+        group). The CPU limit is watched from outside (:func:`wait_within`) so CPU clocks stay precise."""
         import resource  # imported here, in the parent: importing between fork and exec can deadlock
 
-        cpu, fsize, mem = self.cpu_s, self.fsize_mb, self.memory_mb
+        fsize, mem = self.fsize_mb, self.memory_mb
 
         def apply():  # runs in the child between fork and exec: no imports, no locks
-            if cpu:
-                resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
             if fsize:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (fsize * 2**20, fsize * 2**20))
             if mem:
@@ -73,6 +76,48 @@ class Limits:
             signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
 
         return apply
+
+
+def over_cpu(pid: int, cpu_s: float):
+    """The first process of ``pid``'s tree whose own CPU time (user + system) passed ``cpu_s``, or None."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid), *descendants(pid)]
+    except psutil.Error:
+        return None
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        if t.user + t.system > cpu_s:
+            return p
+    return None
+
+
+def wait_within(proc, *, timeout: float, cpu_s: float | None, poll_s: float = 0.25) -> tuple[int | None, str | None]:
+    """Wait for ``proc``; stop its whole tree when the wall-clock ``timeout`` passes or one of its
+    processes uses more than ``cpu_s`` CPU seconds. Returns (exit code, None | "deadline" | "cpu limit")."""
+    import subprocess
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return proc.wait(timeout=min(poll_s, max(0.0, deadline - time.monotonic()))), None
+        except subprocess.TimeoutExpired:
+            pass
+        why = "deadline" if time.monotonic() >= deadline else (
+            "cpu limit" if cpu_s and over_cpu(proc.pid, cpu_s) is not None else None)
+        if why:
+            kill_tree(proc.pid)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+            return proc.returncode, why
 
 
 def become_subreaper() -> bool:
