@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["ArgumentTypeError", "number", "positive", "nonneg", "count", "fraction", "one_of"]
+__all__ = ["ArgumentTypeError", "number", "positive", "nonneg", "count", "fraction", "one_of", "flag"]
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -66,13 +66,24 @@ def fraction(name: str, value, *, open_low: bool = False, open_high: bool = Fals
 
 def count(name: str, value, *, at_least: int = 1, at_most: int | None = None) -> int:
     """An integer (not a bool, not a float) in [at_least, at_most] (ranks, layers, steps, batch sizes)."""
+    hi = f" and <= {at_most}" if at_most is not None else ""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentTypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        raise ArgumentTypeError(f"{name} must be an int, got {type(value).__name__} {value!r} "
+                                f"(use an int >= {at_least}{hi})")
     v = int(value)
     if v < at_least or (at_most is not None and v > at_most):
-        hi = f" and <= {at_most}" if at_most is not None else ""
         raise ValueError(f"{name}={value!r} is not valid: use an int >= {at_least}{hi}")
     return v
+
+
+def flag(name: str, value) -> bool:
+    """``value`` if it is a bool (``True``/``False``, NumPy bools included); ``"False"``, 0 or None are
+    refused rather than read as truthy or falsy."""
+    import numpy as np
+
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise ArgumentTypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
 
 
 def one_of(name: str, value, choices):
