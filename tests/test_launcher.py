@@ -1,6 +1,7 @@
 """labkit.launch with real gloo ranks: results, environment, streaming, failures, cleanup, magic, notebook."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -53,9 +54,12 @@ def return_unpicklable():
     return lambda: 0
 
 
-def sleep_forever():
+def sleep_forever(pid_dir=None):
     import torch.distributed as dist
 
+    if pid_dir:        # a child in a session of its own: out of reach of PDEATHSIG and killpg
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        Path(pid_dir, f"grandchild{dist.get_rank()}").write_text(str(child.pid))
     dist.barrier()
     print("ready", flush=True)
     time.sleep(3600)
@@ -148,7 +152,7 @@ def test_script_target(tmp_path):
 
 
 def test_unpicklable_return_value_is_an_error():
-    with pytest.raises(LaunchError, match="cannot be pickled"):
+    with pytest.raises(LaunchError, match="could not be pickled"):
         launch(return_unpicklable, 1, stream=False, log_dir=False)
 
 
@@ -184,11 +188,13 @@ def test_bad_inputs(monkeypatch, tmp_path):
 
 
 def test_dead_launcher_takes_its_ranks_down(tmp_path, monkeypatch):
-    """SIGKILL the launching process: its ranks (own sessions) die with it (PR_SET_PDEATHSIG / watchdog)."""
+    """SIGKILL the launching process: its ranks (own sessions) die with it (PR_SET_PDEATHSIG / watchdog);
+    the children they started in sessions of their own are swept by the next launch (their marker)."""
     code = textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
         import labkit
-        labkit.launch("test_launcher:sleep_forever", 2, log_dir={str(tmp_path)!r}, timeout_s=300)
+        labkit.launch("test_launcher:sleep_forever", 2, args=({str(tmp_path)!r},), log_dir={str(tmp_path)!r},
+                      timeout_s=300)
     """)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -201,17 +207,30 @@ def test_dead_launcher_takes_its_ranks_down(tmp_path, monkeypatch):
         time.sleep(0.1)
     pids = _children_of(proc.pid)
     assert len(pids) == 2, f"expected 2 rank processes, found {pids}"
-    proc.kill()
-    proc.wait()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.05)
-    assert not any(_alive(p) for p in pids)
-    # the dead launcher could not remove its run folder; the next launch sweeps it
-    assert len(list(tmp.glob("labkit-launch-*"))) == 1
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    launch("labkit.launcher:whoami", 1, stream=False, log_dir=False)
-    assert list(tmp.glob("labkit-launch-*")) == []
+    grandchildren = [int((tmp_path / f"grandchild{r}").read_text()) for r in range(2)]
+    try:
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in pids)
+        assert all(_alive(p) for p in grandchildren)       # out of reach of PDEATHSIG: only the marker finds them
+        # the dead launcher could not remove its run folder; the next launch sweeps it, and the processes
+        # carrying its marker
+        assert len(list(tmp.glob("labkit-launch-*"))) == 1
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+        launch("labkit.launcher:whoami", 1, stream=False, log_dir=False)
+        assert list(tmp.glob("labkit-launch-*")) == []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_alive(p) for p in grandchildren):
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in grandchildren)
+    finally:
+        for p in grandchildren:
+            with contextlib.suppress(OSError):
+                if _alive(p) and b"LABKIT_LAUNCH_ID=" in Path(f"/proc/{p}/environ").read_bytes():
+                    os.kill(p, 9)
 
 
 def _children_of(pid: int) -> list[int]:

@@ -22,6 +22,9 @@ def register(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=300, help="seconds before every rank is stopped")
     p.add_argument("--rank0-only", action="store_true", help="print only rank 0's output")
     p.add_argument("--log-dir", default=None, help="folder for per-rank logs")
+    p.add_argument("--max-nprocs", type=int, default=None,
+                   help="allow more ranks than the default cap, max(8, 4 x cores) on CPU (also: the "
+                        "environment variable LABKIT_MAX_NPROCS)")
     p.add_argument("target", help="module:function or path/to/script.py")
     p.add_argument("args", nargs="*", help="arguments: strings passed to the function / the script's argv")
     p.set_defaults(func=handle)
@@ -32,7 +35,8 @@ def handle(args) -> int:
 
     try:
         res = launch(args.target, args.nprocs, backend=args.backend, timeout_s=args.timeout,
-                     args=tuple(args.args), rank0_only=args.rank0_only, log_dir=args.log_dir)
+                     args=tuple(args.args), rank0_only=args.rank0_only, log_dir=args.log_dir,
+                     max_nprocs=args.max_nprocs)
     except LaunchError as e:
         print(f"labkit launch: {e}", file=sys.stderr)
         return 124 if e.timed_out else 1

@@ -16,10 +16,22 @@ Failure handling (what ``torchrun`` and ``accelerate.notebook_launcher`` leave t
 - the notebook's stop button (``KeyboardInterrupt`` in the launching process) → the whole process tree
   is stopped.
 
-Stopping means SIGTERM to each rank's process group (every rank runs in its own session, so its
-DataLoader workers go too), SIGKILL after a grace period, then reaping with ``wait4`` (which also gives
-each rank's peak RSS). Ranks die with the launcher (``PR_SET_PDEATHSIG`` on Linux, a parent watchdog
-elsewhere). Rendezvous: the launcher hosts a ``TCPStore`` on 127.0.0.1 with port 0 (the kernel picks
+Limits and teardown (nothing outlives a launch):
+
+- at most ``max(8, 4 × cores)`` CPU ranks (one per GPU with NCCL) unless ``max_nprocs=`` or the
+  environment variable ``LABKIT_MAX_NPROCS`` says otherwise — checked before anything starts;
+- ranks are supervised from the first one started: a rank that fails while the others are still being
+  started stops the starting;
+- every rank carries ``LABKIT_LAUNCH_ID=<launch id>`` in its environment, and so does everything it
+  starts. Stopping means SIGTERM to each rank's process group (every rank runs in its own session, so
+  its DataLoader workers go too) and to every marked process, SIGKILL after a grace period, then
+  SIGKILL to every process on the system still carrying the marker — children that ``setsid`` into a
+  session of their own too (:mod:`~labkit.launcher.sweep`) — and reaping with ``wait4`` (which also
+  gives each rank's peak RSS). Ranks die with the launcher (``PR_SET_PDEATHSIG`` on Linux, a parent
+  watchdog elsewhere); what they started in other sessions is swept by the next launch.
+- every failure on the rank side — a rank that raises, dies, cannot start, or returns a value that
+  cannot be pickled or unpickled — is a :class:`LaunchError`; bad arguments (``timeout_s`` not finite,
+  ``log_dir`` an existing file, too many ranks) are ValueError/TypeError before anything starts. Rendezvous: the launcher hosts a ``TCPStore`` on 127.0.0.1 with port 0 (the kernel picks
 a free port — no race between choosing and binding) and the ranks join it as clients exactly as under
 ``torchrun`` (``TORCHELASTIC_USE_AGENT_STORE``), so the same target also runs under plain torchrun::
 
@@ -33,6 +45,7 @@ nprocs`` (≥ 1) so ranks do not fight over cores, and ``GLOO_SOCKET_IFNAME`` = 
 
 Files: :mod:`~labkit.launcher.parent` (:func:`launch`: target, backend, environment, rendezvous),
 :mod:`~labkit.launcher.supervise` (the running ranks: streaming, failure, hang and teardown),
+:mod:`~labkit.launcher.sweep` (finding and killing every process carrying a launch's marker),
 :mod:`~labkit.launcher.results` (:class:`LaunchResult`, :class:`RankResult`, :class:`LaunchError`),
 :mod:`~labkit.launcher.worker` (the rank side: :func:`init_distributed`, :func:`whoami`,
 :func:`shutdown_distributed`), :mod:`~labkit.launcher.magic` (the ``%%launch`` cell magic), and
@@ -44,10 +57,11 @@ Linux and macOS (process groups and ``wait4``); not Windows.
 from __future__ import annotations
 
 from labkit.launcher.magic import load_ipython_extension
-from labkit.launcher.parent import BACKENDS, cores_available, launch
+from labkit.launcher.parent import BACKENDS, MAX_NPROCS_ENV, cores_available, launch, max_nprocs_default
 from labkit.launcher.results import LaunchError, LaunchResult, RankResult
 from labkit.launcher.supervise import GRACE_S
 from labkit.launcher.worker import init_distributed, shutdown_distributed, whoami
 
 __all__ = ["launch", "LaunchError", "LaunchResult", "RankResult", "init_distributed", "whoami",
-           "shutdown_distributed", "cores_available", "load_ipython_extension", "BACKENDS", "GRACE_S"]
+           "shutdown_distributed", "cores_available", "max_nprocs_default", "load_ipython_extension",
+           "BACKENDS", "GRACE_S", "MAX_NPROCS_ENV"]

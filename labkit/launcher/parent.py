@@ -1,6 +1,8 @@
-"""The parent side of a launch: :func:`launch` resolves the target, picks the backend, hosts the
-rendezvous store, starts ``nprocs`` fresh ``python -m labkit.launcher`` ranks with a torchrun-style
-environment, supervises them (:mod:`labkit.launcher.supervise`) and returns their results or raises.
+"""The parent side of a launch: :func:`launch` checks its inputs (a cap on ranks, the timeout, the log
+folder), resolves the target, picks the backend, hosts the rendezvous store, starts ``nprocs`` fresh
+``python -m labkit.launcher`` ranks with a torchrun-style environment and the launch's marker
+(:mod:`labkit.launcher.sweep`), supervises them from the first one started
+(:mod:`labkit.launcher.supervise`) and returns their results or raises.
 
 Taught in chapter 5 (scaling: running N ranks), chapter 19 (DDP) and chapter 20 (FSDP).
 """
@@ -22,13 +24,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from labkit import checks
-from labkit.launcher.results import LaunchResult
-from labkit.launcher.supervise import _LIVE, _collect, _drain, _Job, _make_error, _Rank, _supervise
+from labkit.launcher import sweep
+from labkit.launcher.results import LaunchError, LaunchResult
+from labkit.launcher.supervise import _LIVE, _collect, _drain, _Job, _make_error, _poll, _Rank, _supervise
 
-__all__ = ["launch", "cores_available", "BACKENDS"]
+__all__ = ["launch", "cores_available", "max_nprocs_default", "BACKENDS", "MAX_NPROCS_ENV", "MAX_TIMEOUT_S"]
 
 BACKENDS = ("auto", "gloo", "nccl")
 KEEP_LOG_RUNS = 20       # default log folders kept under work_dir("launch")
+MAX_NPROCS_ENV = "LABKIT_MAX_NPROCS"
+MAX_TIMEOUT_S = 30 * 86400   # 30 days: timedelta/TCPStore/NCCL timeouts overflow far above this
 
 
 class _CellTarget:
@@ -103,6 +108,54 @@ def cores_available() -> int:
         return os.cpu_count() or 1
 
 
+def max_nprocs_default() -> int:
+    """The most CPU (gloo) ranks a launch starts unless told otherwise: ``max(8, 4 × cores)``, or the
+    ``LABKIT_MAX_NPROCS`` environment variable. Every rank is a full Python process with torch
+    (≈ 0.25 GiB), so 1,000 ranks would need ≈ 230 GiB. Taught in chapter 5 (scaling)."""
+    raw = os.environ.get(MAX_NPROCS_ENV)
+    if raw is None or raw.strip() == "":
+        return max(8, 4 * cores_available())
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{MAX_NPROCS_ENV}={raw!r} is not valid: use an int >= 1 (the most ranks a launch "
+                         "may start) or unset it for the default max(8, 4 × cores)")
+    return value
+
+
+def _check_cap(nprocs: int, backend: str, max_nprocs) -> None:
+    """Refuse, before anything starts, more ranks than the machine can hold."""
+    if max_nprocs is not None:
+        cap, why = checks.count("max_nprocs", max_nprocs), f"max_nprocs={max_nprocs}"
+    elif os.environ.get(MAX_NPROCS_ENV, "").strip():
+        cap, why = max_nprocs_default(), f"{MAX_NPROCS_ENV}={os.environ[MAX_NPROCS_ENV]}"
+    elif backend == "nccl":
+        return            # one rank per GPU: _choose_backend has already refused more ranks than GPUs
+    else:
+        cap = max_nprocs_default()
+        why = f"max(8, 4 × {cores_available()} cores) for CPU ranks"
+    if nprocs > cap:
+        raise ValueError(
+            f"nprocs={nprocs} is more ranks than this launch allows ({cap}: {why}); every rank is a full "
+            f"Python process with torch (≈ 0.25 GiB each). Use nprocs <= {cap}, or raise the cap with "
+            f"launch(..., max_nprocs=N) or the environment variable {MAX_NPROCS_ENV}=N")
+
+
+def _check_log_dir(log_dir) -> None:
+    if log_dir is None or log_dir is False:
+        return
+    if not isinstance(log_dir, str | os.PathLike):
+        raise checks.ArgumentTypeError(
+            f"log_dir must be a folder path, None (a fresh folder under work_dir('launch')) or False (no "
+            f"logs), got {type(log_dir).__name__} {log_dir!r}")
+    p = Path(log_dir)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"log_dir={os.fspath(log_dir)!r} is an existing file, not a folder: pass a folder "
+                         "path (created if missing), None for a fresh folder, or False for no log files")
+
+
 def _loopback_ifname() -> str | None:
     for name in ("lo", "lo0"):
         if Path(f"/sys/class/net/{name}").exists() or (sys.platform == "darwin" and name == "lo0"):
@@ -111,7 +164,7 @@ def _loopback_ifname() -> str | None:
 
 
 def _rank_env(rank: int, nprocs: int, port: int, backend: str, run_dir: Path, timeout_s: float,
-              user_env: dict | None) -> dict[str, str]:
+              user_env: dict | None, launch_id: str) -> dict[str, str]:
     env = dict(os.environ)
     # the target must import in the rank exactly as here: same sys.path (cwd included)
     paths = [os.getcwd() if p == "" else p for p in sys.path]
@@ -137,74 +190,96 @@ def _rank_env(rank: int, nprocs: int, port: int, backend: str, run_dir: Path, ti
             env.pop(k)
     if user_env:
         env.update({str(k): str(v) for k, v in user_env.items()})
+    # the marker every descendant inherits (teardown finds them by it); after user_env: not overridable
+    env[sweep.MARKER] = sweep.marker_value(launch_id, os.environ.get(sweep.MARKER))
     return env
+
+
+def _start_rank(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """One rank process in its own session (its group is its own and its DataLoader workers')."""
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True, close_fds=True)
 
 
 # ----------------------------------------------------------------------------- launch
 def launch(target: Callable | str | os.PathLike, nprocs: int, *, backend: str = "auto",
            timeout_s: float = 300, args: tuple = (), kwargs: dict | None = None,
            env: dict | None = None, stream: bool = True, rank0_only: bool = False,
-           log_dir: str | os.PathLike | None = None) -> LaunchResult:
+           log_dir: str | os.PathLike | None = None, max_nprocs: int | None = None) -> LaunchResult:
     """Run ``target(*args, **kwargs)`` on ``nprocs`` fresh ranks with torch.distributed initialised.
 
     target: a module-level function, a ``"module:function"`` string, or a script path (a script runs as
     under torchrun: ``__main__``, ``sys.argv = [path, *args]``, and it initialises torch.distributed
     itself with ``init_process_group(backend)``; the environment it needs is set).
     backend: "auto" (NCCL when there are ≥ nprocs GPUs, else gloo), "gloo" or "nccl".
-    timeout_s: wall-clock limit for the whole launch; on expiry every rank dumps its stack and the
-    launch fails with :class:`LaunchError` (``.timed_out``) naming the rank not waiting in a collective.
+    timeout_s: wall-clock limit for the whole launch, in seconds: finite, > 0 and at most 30 days
+    (``inf`` is refused with a ValueError — there is no "no limit"; pass a large number); on expiry every
+    rank dumps its stack and the launch fails with :class:`LaunchError` (``.timed_out``) naming the rank
+    not waiting in a collective.
     env: extra environment variables for every rank. stream: print rank output live with a
     ``[rank N]`` prefix; rank0_only: print only rank 0's (all ranks are still logged).
-    log_dir: where per-rank logs go (default: a fresh folder under ``labkit.paths.work_dir("launch")``,
-    the 20 newest kept).
+    log_dir: a folder for the per-rank logs (created if missing; an existing *file* is a ValueError);
+    None (default): a fresh folder under ``labkit.paths.work_dir("launch")``, the 20 newest kept;
+    False: no log files.
+    max_nprocs: the most ranks this launch may start. Default: the environment variable
+    ``LABKIT_MAX_NPROCS`` if set, else ``max(8, 4 × cores)`` for CPU (gloo) ranks and one rank per GPU
+    for NCCL. More ranks than the cap is a ValueError before any process starts (each rank is a whole
+    Python process with torch, ≈ 0.25 GiB).
 
-    Returns :class:`LaunchResult`; raises :class:`LaunchError` when a rank fails or time runs out,
-    ``KeyboardInterrupt`` (after stopping every rank) when the cell is interrupted.
+    Ranks are supervised from the first one started: one that fails while others are still being
+    started stops the starting. Teardown reaches every descendant: each rank's process group, then every
+    process carrying the launch's ``LABKIT_LAUNCH_ID`` marker (children started in a new session too).
+
+    Returns :class:`LaunchResult`; raises :class:`LaunchError` when a rank fails, cannot start, returns
+    a value the launcher cannot unpickle or time runs out, ``KeyboardInterrupt`` (after stopping every
+    rank) when the cell is interrupted, ValueError/TypeError for bad arguments (before starting anything).
 
     Taught in chapter 5 (scaling), chapter 19 (DDP) and chapter 20 (FSDP).
     """
     checks.count("nprocs", nprocs)
-    checks.positive("timeout_s", timeout_s)      # seconds
+    try:
+        timeout_s = checks.number("timeout_s", timeout_s, low=0, low_open=True, high=MAX_TIMEOUT_S)
+    except ValueError as e:   # ArgumentTypeError keeps its type
+        raise type(e)(f"{e} (seconds; {MAX_TIMEOUT_S:.0f} s = 30 days; there is no unlimited timeout: "
+                      "pass a large number)") from None
     if not isinstance(args, tuple | list):
         raise TypeError(f"args must be a tuple, got {type(args).__name__}")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError(f"kwargs must be a dict or None, got {type(kwargs).__name__}")
+    if env is not None and not isinstance(env, dict):
+        raise TypeError(f"env must be a dict of environment variables or None, got {type(env).__name__}")
+    _check_log_dir(log_dir)
     spec = _resolve_target(target)
     backend = _choose_backend(backend, nprocs)
+    _check_cap(nprocs, backend, max_nprocs)
     if spec[0] == "script" and kwargs:
         raise ValueError("kwargs cannot be passed to a script target; pass command-line args=(...)")
+    payload = _pickle_spec(spec, args, kwargs)
 
     _sweep_stale_run_dirs()
-    run_dir = Path(tempfile.mkdtemp(prefix=f"labkit-launch-{os.getpid()}-"))
     logs = _make_log_dir(log_dir)
-    job = _Job(run_dir)
+    job = _Job(None, sweep.new_launch_id())
     store = None
     t_start = time.monotonic()
+    deadline = t_start + timeout_s
     sigint_old = None
     try:
-        with open(run_dir / "spec.pkl", "wb") as f:
-            pickle.dump({"target": spec, "args": tuple(args), "kwargs": dict(kwargs or {})}, f)
-        from torch.distributed import TCPStore
-
-        # the launcher hosts the rendezvous store; port 0 = a free port chosen by the kernel at bind time
-        store = TCPStore("127.0.0.1", 0, None, True, timeout=_dt.timedelta(seconds=max(30.0, timeout_s)),
-                         wait_for_workers=False)
-        port = store.port
+        run_dir = _make_run_dir(job, payload)
+        store = _host_store(timeout_s)
         _LIVE.add(job)
-        for rank in range(nprocs):
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "labkit.launcher", str(run_dir), str(rank)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                env=_rank_env(rank, nprocs, port, backend, run_dir, timeout_s, env),
-                start_new_session=True, close_fds=True,
-            )
-            job.ranks.append(_Rank(rank, proc, logs / f"rank{rank}.log" if logs else None, job.out))
-        failure = _supervise(job, t_start + timeout_s, stream, rank0_only)
+        failure = None
+        for rank in range(nprocs):      # supervised from the first rank: a failure stops the starting
+            _add_rank(job, rank, nprocs, store.port, backend, timeout_s, env, logs)
+            failure = _poll(job, stream, rank0_only) or (("timeout",) if time.monotonic() > deadline else None)
+            if failure:
+                break
+        note = f" while ranks were starting ({len(job.ranks)} of {nprocs} started)" if failure else ""
+        failure = failure or _supervise(job, deadline, stream, rank0_only)
         if failure is None:
-            results = _collect(job, run_dir)
+            results = _collect(job, run_dir, logs, need_result=spec[0] != "script")
             return LaunchResult(ranks=results, log_dir=logs, wall_s=time.monotonic() - t_start,
                                 backend=backend)
-        raise _make_error(job, run_dir, logs, failure, timeout_s, stream, rank0_only)
+        raise _make_error(job, run_dir, logs, failure, timeout_s, stream, rank0_only, note)
     finally:
         # a second stop-button press during cleanup must not leave processes behind
         if threading.current_thread() is threading.main_thread():
@@ -215,10 +290,63 @@ def launch(target: Callable | str | os.PathLike, nprocs: int, *, backend: str = 
             _LIVE.discard(job)
             if store is not None:
                 del store
-            shutil.rmtree(run_dir, ignore_errors=True)
+            if job.run_dir is not None:
+                shutil.rmtree(job.run_dir, ignore_errors=True)
         finally:
             if sigint_old is not None:
                 signal.signal(signal.SIGINT, sigint_old)
+
+
+def _pickle_spec(spec: tuple, args, kwargs) -> bytes:
+    try:
+        return pickle.dumps({"target": spec, "args": tuple(args), "kwargs": dict(kwargs or {})},
+                            protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # noqa: BLE001 - PicklingError, TypeError, AttributeError...
+        raise checks.ArgumentTypeError(f"args/kwargs must be picklable to reach the ranks; pickling them "
+                                       f"failed: {type(e).__name__}: {e}") from e
+
+
+def _make_run_dir(job: _Job, payload: bytes) -> Path:
+    """The launch's temp folder (removed by launch's finally, or by the next launch if this one is killed)."""
+    try:
+        job.run_dir = Path(tempfile.mkdtemp(prefix=f"labkit-launch-{os.getpid()}-"))
+        (job.run_dir / "launch_id").write_text(job.launch_id)    # the sweep of a dead launcher's folder
+        (job.run_dir / "spec.pkl").write_bytes(payload)
+    except OSError as e:
+        raise LaunchError(f"could not create the launch's run folder in {tempfile.gettempdir()}: {e}") from e
+    return job.run_dir
+
+
+def _host_store(timeout_s: float):
+    """The rendezvous store; port 0 = a free port chosen by the kernel at bind time."""
+    from torch.distributed import TCPStore
+
+    try:
+        return TCPStore("127.0.0.1", 0, None, True, timeout=_dt.timedelta(seconds=max(30.0, timeout_s)),
+                        wait_for_workers=False)
+    except (RuntimeError, OSError) as e:
+        raise LaunchError(f"could not host the rendezvous store on 127.0.0.1: {e}") from e
+
+
+def _add_rank(job: _Job, rank: int, nprocs: int, port: int, backend: str, timeout_s: float,
+              env: dict | None, logs: Path | None) -> None:
+    cmd = [sys.executable, "-m", "labkit.launcher", str(job.run_dir), str(rank)]
+    try:
+        proc = _start_rank(cmd, _rank_env(rank, nprocs, port, backend, job.run_dir, timeout_s, env,
+                                          job.launch_id))
+    except OSError as e:        # EAGAIN / ENOMEM: out of processes or memory
+        raise LaunchError(f"could not start rank {rank} of {nprocs} ({type(e).__name__}: {e}); the {rank} "
+                          "rank(s) already started were stopped", rank=rank, log_dir=logs) from e
+    try:
+        job.ranks.append(_Rank(rank, proc, logs / f"rank{rank}.log" if logs else None, job.out))
+    except BaseException as e:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        if isinstance(e, OSError):
+            raise LaunchError(f"could not open rank {rank}'s log file in {logs}: {e}", rank=rank,
+                              log_dir=logs) from e
+        raise
 
 
 def _sweep_stale_run_dirs() -> None:
@@ -233,6 +361,9 @@ def _sweep_stale_run_dirs() -> None:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
+            # its ranks died with it (PDEATHSIG); what they started in sessions of their own did not
+            with contextlib.suppress(OSError):
+                sweep.kill_marked((d / "launch_id").read_text().strip(), timeout_s=2.0)
             shutil.rmtree(d, ignore_errors=True)
         except PermissionError:
             pass
@@ -243,11 +374,23 @@ def _make_log_dir(log_dir) -> Path | None:
         return None
     if log_dir is not None:
         p = Path(log_dir)
-        p.mkdir(parents=True, exist_ok=True)
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+        except OSError as e:      # a file in the way (FileExistsError, NotADirectoryError), no permission
+            raise ValueError(f"log_dir={os.fspath(log_dir)!r} cannot be made a folder "
+                             f"({type(e).__name__}: {e.strerror or e}): pass a folder path you can write "
+                             "to, None for a fresh folder, or False for no log files") from e
         return p
     from labkit.paths import work_dir
 
-    base = work_dir("launch")
+    try:
+        return _fresh_log_dir(work_dir("launch"))
+    except OSError as e:
+        raise LaunchError(f"could not create a log folder for the launch ({e}); pass log_dir=<folder> "
+                          "or log_dir=False") from e
+
+
+def _fresh_log_dir(base: Path) -> Path:
     old = sorted((d for d in base.iterdir() if d.is_dir()), key=lambda d: d.name)
     for d in old[:-KEEP_LOG_RUNS + 1] if len(old) >= KEEP_LOG_RUNS else []:
         with contextlib.suppress(OSError):

@@ -3,8 +3,10 @@
 notice a dead rank, pick the root cause, collect results, or turn a failure or a hang into a
 :class:`~labkit.launcher.results.LaunchError` (stack dumps via ``faulthandler`` on SIGUSR1).
 
-Stopping means SIGTERM to each rank's process group, SIGKILL after ``GRACE_S``, then reaping with
-``wait4`` (which also gives each rank's peak RSS). Taught in chapter 5 (scaling: running N ranks).
+Stopping means SIGTERM to each rank's process group and to every process carrying the launch's marker
+(:mod:`labkit.launcher.sweep`: descendants that left the group or the session), SIGKILL to the groups
+after ``GRACE_S``, SIGKILL to every marked process until none is left, then reaping with ``wait4``
+(which also gives each rank's peak RSS). Taught in chapter 5 (scaling: running N ranks).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import time
 import weakref
 from pathlib import Path
 
+from labkit.launcher import sweep
 from labkit.launcher.results import LaunchError, RankResult
 
 GRACE_S = 3.0            # SIGTERM → SIGKILL
@@ -112,23 +115,36 @@ class _Rank:
 
 
 class _Job:
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path | None, launch_id: str):
         self.run_dir = run_dir
+        self.launch_id = launch_id      # every rank and descendant carries it (sweep.MARKER)
         self.ranks: list[_Rank] = []
         self.out: queue.Queue = queue.Queue()
+        self.leftovers: list[int] = []  # marked processes that survived the teardown (normally none)
 
     def alive(self) -> list[_Rank]:
         return [r for r in self.ranks if not r.done]
 
     def stop(self, grace: float = GRACE_S) -> None:
-        """SIGTERM each live rank's process group, SIGKILL after ``grace``, reap everything."""
+        """SIGTERM each live rank's process group and every marked process, SIGKILL the groups after
+        ``grace``, SIGKILL every marked process until none is left, reap everything."""
         live = [r for r in self.ranks if not r.done and not r.exited()]
         for r in live:
             r.signal_group(signal.SIGTERM)
+        if live:
+            with contextlib.suppress(Exception):
+                sweep.signal_marked(self.launch_id, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while live and time.monotonic() < deadline:
             live = [r for r in live if not r.exited()]
             time.sleep(0.02)
+        for r in self.ranks:
+            if not r.done:
+                r.signal_group(signal.SIGKILL)
+        try:        # setsid'd descendants too; before close(): they may hold a rank's stdout pipe open
+            self.leftovers = sweep.kill_marked(self.launch_id)
+        except Exception:  # noqa: BLE001 - teardown goes on; the groups are already dead
+            self.leftovers = []
         for r in self.ranks:
             r.reap()            # SIGKILL to the group, then wait4
         for r in self.ranks:
@@ -146,24 +162,30 @@ def _drain(job: _Job, stream: bool, rank0_only: bool) -> None:
             print(f"[rank {rank}] {line}", flush=True)
 
 
+def _poll(job: _Job, stream: bool, rank0_only: bool, wait_s: float = 0.0):
+    """Print what the ranks wrote, reap the ranks that exited; ("fail", rank) if one failed, else None."""
+    try:
+        rank, line = job.out.get(timeout=wait_s) if wait_s > 0 else job.out.get_nowait()
+        if stream and (rank == 0 or not rank0_only):
+            print(f"[rank {rank}] {line}", flush=True)
+        _drain(job, stream, rank0_only)
+    except queue.Empty:
+        pass
+    newly_failed = []
+    for r in job.alive():
+        if r.exited():
+            r.reap()
+            if r.exit_code != 0:
+                newly_failed.append(r)
+    return ("fail", _root_cause(newly_failed, job)) if newly_failed else None
+
+
 def _supervise(job: _Job, deadline: float, stream: bool, rank0_only: bool):
     """Print output as it comes; return None when all ranks succeeded, else ("fail", rank) / ("timeout",)."""
     while True:
-        try:
-            rank, line = job.out.get(timeout=0.05)
-            if stream and (rank == 0 or not rank0_only):
-                print(f"[rank {rank}] {line}", flush=True)
-            _drain(job, stream, rank0_only)
-        except queue.Empty:
-            pass
-        newly_failed = []
-        for r in job.alive():
-            if r.exited():
-                r.reap()
-                if r.exit_code != 0:
-                    newly_failed.append(r)
-        if newly_failed:
-            return ("fail", _root_cause(newly_failed, job))
+        failure = _poll(job, stream, rank0_only, wait_s=0.05)
+        if failure:
+            return failure
         if not job.alive():
             return None
         if time.monotonic() > deadline:
@@ -185,15 +207,28 @@ def _root_cause(failed: list[_Rank], job: _Job) -> _Rank:
     return sorted(failed, key=lambda r: (secondary(r), r.rank))[0]
 
 
-def _collect(job: _Job, run_dir: Path) -> list[RankResult]:
+def _collect(job: _Job, run_dir: Path, logs: Path | None, need_result: bool) -> list[RankResult]:
+    """Every rank's result; a value the launcher cannot unpickle, or a function rank that exited 0
+    without leaving one (``os._exit(0)``), is a :class:`LaunchError` naming the rank."""
     out = []
+    where = f" (logs: {logs})" if logs else ""
     for r in job.ranks:
         r.close()
         value = None
         path = run_dir / f"rank{r.rank}.result"
         if path.exists():
-            with open(path, "rb") as f:
-                value = pickle.load(f)
+            try:
+                with open(path, "rb") as f:
+                    value = pickle.load(f)
+            except Exception as e:  # noqa: BLE001 - a class only the rank has, a CUDA tensor without CUDA...
+                raise LaunchError(
+                    f"rank {r.rank}'s return value could not be unpickled in the launching process "
+                    f"({type(e).__name__}: {e}); return plain Python data, CPU tensors or objects of classes "
+                    f"importable here{where}", rank=r.rank, exit_code=r.exit_code, log_dir=logs) from e
+        elif need_result:
+            raise LaunchError(f"rank {r.rank} exited with {_signame(r.exit_code)} but left no return value "
+                              f"(os._exit() in the target?){where}", rank=r.rank, exit_code=r.exit_code,
+                              log_dir=logs, traceback="\n".join(r.tail[-20:]))
         out.append(RankResult(rank=r.rank, exit_code=r.exit_code, wall_s=r.wall_s or 0.0,
                               peak_rss_bytes=r.peak_rss, value=value))
     return out
@@ -206,7 +241,7 @@ def _signame(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _make_error(job, run_dir, logs, failure, timeout_s, stream, rank0_only) -> LaunchError:
+def _make_error(job, run_dir, logs, failure, timeout_s, stream, rank0_only, note: str = "") -> LaunchError:
     if failure[0] == "fail":
         r = failure[1]
         err = run_dir / f"rank{r.rank}.error"
@@ -218,7 +253,8 @@ def _make_error(job, run_dir, logs, failure, timeout_s, stream, rank0_only) -> L
         if stream and rank0_only and r.rank != 0:
             print("\n".join(f"[rank {r.rank}] {x}" for x in r.tail[-20:]), flush=True)
         where = f" (logs: {logs})" if logs else ""
-        return LaunchError(f"rank {r.rank} failed ({_signame(r.exit_code)}); the other ranks were stopped{where}\n"
+        return LaunchError(f"rank {r.rank} failed ({_signame(r.exit_code)}){note}; the other ranks were stopped"
+                           f"{where}\n"
                            f"--- rank {r.rank} traceback ---\n{tb}",
                            rank=r.rank, traceback=tb, exit_code=r.exit_code, log_dir=logs)
     # timeout: ask every live rank for its Python stack (faulthandler on SIGUSR1), then name the
@@ -248,7 +284,7 @@ def _make_error(job, run_dir, logs, failure, timeout_s, stream, rank0_only) -> L
     tb = _main_stack(stacks.get(suspect, "")) if suspect is not None else ""
     waiting_txt = f"; ranks {waiting} were waiting inside torch.distributed" if waiting else ""
     return LaunchError(
-        f"launch timed out after {timeout_s:g} s; rank {suspect} is the suspect (not in a collective)"
+        f"launch timed out after {timeout_s:g} s{note}; rank {suspect} is the suspect (not in a collective)"
         f"{waiting_txt}; all ranks were stopped\n--- rank {suspect} stack ---\n{tb}",
         rank=suspect, traceback=tb, exit_code=None, log_dir=logs, timed_out=True)
 

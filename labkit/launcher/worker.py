@@ -153,8 +153,9 @@ def _worker_main(argv: list[str]) -> int:
             with open(tmp, "wb") as f:
                 pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # noqa: BLE001
-            raise TypeError(f"rank {rank}'s return value ({type(value).__name__}) cannot be pickled "
-                            f"back to the launcher: {e}") from e
+            raise TypeError(f"rank {rank}'s return value ({type(value).__name__}) could not be pickled "
+                            f"to send it back to the launcher ({type(e).__name__}: {e}); return plain "
+                            "Python data, tensors or objects of importable classes") from e
         os.replace(tmp, run_dir / f"rank{rank}.result")
         ok = True
     except BaseException:  # noqa: BLE001 - report everything, including SystemExit(1) / KeyboardInterrupt
