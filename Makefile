@@ -31,7 +31,9 @@ bench:
 
 # Re-execute notebooks with the CI parameters and store their outputs in the sources
 # (only outputs change; cells are never rewritten). Usage: make refresh NB=chapters/...ipynb
+# Calibrates this machine's peaks first (once), so every stored MFU divides by the same peak.
 refresh:
+	$(PY) -m labkit calibrate --if-missing
 	$(PY) -m labkit.notebooks refresh $(NB)
 
 clean:

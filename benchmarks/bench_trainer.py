@@ -2,7 +2,7 @@
 
 Single process, CPU (or the GPU if present), same model (labkit.models.GPT, "bench" size: 4 layers,
 d_model 768, seq 256 — matmuls dominate), same data windows, same optimizer (AdamW), same dtype
-(bf16 autocast by default; the peak is a bf16 matmul measured in this run, so the fraction compares like
+(bf16 autocast where the CPU runs bf16 fast, else fp32; the peak is a bf16 matmul measured in this run, so the fraction compares like
 with like for the matmuls, while LayerNorm/softmax/GELU/optimizer run in fp32 — they count as model
 work that earns no FLOPs, which is what MFU means).
 
@@ -12,7 +12,7 @@ Prints:
 - achieved FLOP/s (tokens/s × model FLOPs/token, PaLM App. B) as a fraction of the measured matmul peak
   (goal ≥ 50 %).
 
-Usage: .venv/bin/python benchmarks/bench_trainer.py [--model bench] [--steps 10] [--rounds 3] [--dtype bf16]
+Usage: .venv/bin/python benchmarks/bench_trainer.py [--model bench] [--steps 10] [--rounds 3] [--dtype auto|fp32|bf16]
 Timings on a shared machine are noisy: read the ratio, not the absolute numbers.
 """
 from __future__ import annotations
@@ -65,8 +65,12 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--micro-batch", type=int, default=8)
-    ap.add_argument("--dtype", default="bf16", choices=("fp32", "bf16"))
+    ap.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"),
+                    help="auto: bf16 where this CPU runs it fast, else fp32 (labkit.hardware.best_dtype)")
     a = ap.parse_args(argv)
+    if a.dtype == "auto":
+        a.dtype = hardware.best_dtype("cpu")
+        print(f"dtype auto -> {a.dtype} ({hardware.capability('cpu', ('bf16',))['bf16']})")
 
     def peak_now():
         return hardware.measure_matmul_peak("cpu", a.dtype, max_seconds=1.5)

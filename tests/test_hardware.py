@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 
 from labkit import hardware as hw
+from labkit.hardware import calibration as cal_mod
 from labkit.hardware import catalogue, measure
+from labkit.hardware import peak as peak_mod
 
 # Real torch.cuda.get_device_name() strings -> the part they are. Sources: the strings printed by
 # nvidia-smi / torch on those parts (e.g. nanoGPT and torchtitan issue logs, vendor docs).
@@ -120,7 +122,7 @@ def test_resolve_peak_order_user_catalogue_measured():
     assert hw.resolve_peak("H100-SXM", "bf16", peak_flops=5e12) == (5e12, "user")
     assert hw.resolve_peak("NVIDIA H100 80GB HBM3", "bf16") == (989.5e12, "catalogue:H100-SXM")
     peak, src = hw.resolve_peak("cpu", "fp32")
-    assert src.startswith("measured:matmul") and peak > 1e6
+    assert src.startswith("measured:matmul") and src.endswith("run `labkit calibrate`)") and peak > 1e6
     assert hw.resolve_peak("cpu", "fp32") == (peak, src)          # cached per process
     with pytest.raises(ValueError, match="peak_flops"):
         hw.resolve_peak("cpu", "fp32", peak_flops=0)
@@ -186,8 +188,98 @@ def test_remeasure_keeps_the_better_peak(monkeypatch):
         return hw.PeakMeasurement(flops=next(rates), shape=(8, 8, 8), dtype=dtype, device=str(device),
                                   table=[], seconds=0.0)
 
-    monkeypatch.setattr(measure, "measure_matmul_peak", fake)     # resolve_peak's module, not the face
-    monkeypatch.setattr(measure, "_MEASURED", {})
+    monkeypatch.setattr(peak_mod, "measure_matmul_peak", fake)     # resolve_peak's module, not the face
+    monkeypatch.setattr(peak_mod, "_MEASURED", {})
     assert hw.resolve_peak("cpu", "fp32")[0] == 1e9
     assert hw.remeasure_peak("cpu", "fp32").flops == 5e9
     assert hw.resolve_peak("cpu", "fp32")[0] == 5e9       # later resolutions use the better figure
+
+
+# ------------------------------------------------------------------------------ calibration
+def _fake_measure(rates):
+    """measure_matmul_peak stand-in: returns the next FLOP/s of ``rates`` per dtype."""
+    it = {d: iter(v) for d, v in rates.items()}
+
+    def fake(device, dtype, **kw):
+        d = hw.normalize_dtype(dtype)
+        return hw.PeakMeasurement(flops=next(it[d]), shape=(512, 512, 512), dtype=d, device=str(device),
+                                  table=[], seconds=0.0)
+    return fake
+
+
+def test_calibration_is_stored_with_its_conditions_and_wins_over_a_live_measurement(monkeypatch, tmp_path):
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(measure, "measure_matmul_peak", _fake_measure({"fp32": [1e9, 3e9, 2e9]}))
+    monkeypatch.setattr(measure, "measure_memory_bandwidth", lambda dev, **kw: 5e9)
+    c = cal_mod.calibrate_one("cpu", "fp32", threads=1, rounds=3)
+    assert c.flops == 3e9 and c.rounds == [1e9, 3e9, 2e9]          # the best round: least disturbed
+    assert c.conditions["threads"] == 1 and c.conditions["torch"]
+    assert (tmp_path / "calibration.json").exists()
+    import torch
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    peak, src = hw.resolve_peak("cpu", "fp32")
+    assert peak == 3e9 and src.startswith("calibrated:matmul 512x512@512x512 fp32 on cpu")
+    # another thread count has no calibration: measured in-process, and it says so
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(peak_mod, "measure_matmul_peak", _fake_measure({"fp32": [7e8]}))
+    monkeypatch.setattr(peak_mod, "_MEASURED", {})
+    assert hw.resolve_peak("cpu", "fp32") == (7e8, "measured:matmul 512x512@512x512 fp32 on cpu"
+                                                   + peak_mod.NOT_CALIBRATED)
+
+
+def test_a_calibration_whose_conditions_changed_is_measured_again(monkeypatch, tmp_path):
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(measure, "measure_memory_bandwidth", lambda dev, **kw: 5e9)
+    monkeypatch.setattr(measure, "measure_matmul_peak", _fake_measure({"fp32": [1e9, 4e9, 3e9, 2e9]}))
+    import torch
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    cal_mod.calibrate_one("cpu", "fp32", rounds=1)
+    assert cal_mod.find("cpu", "fp32") [1] is True
+    monkeypatch.setattr(torch, "__version__", "9.9.9")            # torch upgraded since
+    cal, fresh = cal_mod.find("cpu", "fp32")
+    assert cal.flops == 1e9 and fresh is False
+    peak, src = hw.resolve_peak("cpu", "fp32")
+    assert peak == 4e9 and src.startswith("calibrated:")         # re-calibrated under the new conditions
+    assert cal_mod.find("cpu", "fp32") == (cal_mod.find("cpu", "fp32")[0], True)
+
+
+def test_capability_says_whether_bf16_is_fast(monkeypatch, tmp_path):
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("LABKIT_ASSUME_SLOW_BF16", raising=False)
+    monkeypatch.setattr(measure, "measure_matmul_peak", _fake_measure({"fp32": [100e9] * 3, "bf16": [400e9, 1e9],
+                                                                       "fp16": [60e9]}))
+    cap = cal_mod.capability("cpu", ("bf16", "fp16"))
+    assert cap["bf16"]["verdict"] == "fast" and cap["bf16"]["ratio_to_fp32"] == 4.0
+    assert cap["fp16"]["verdict"] == "no faster"
+    cap = cal_mod.capability("cpu", ("bf16",))                    # the AMD EPYC case: emulated bf16
+    assert cap["bf16"]["verdict"] == "slow" and cap["bf16"]["ratio_to_fp32"] == 0.01
+    monkeypatch.setenv("LABKIT_ASSUME_SLOW_BF16", "1")
+    monkeypatch.setattr(measure, "measure_matmul_peak", _fake_measure({"fp32": [100e9], "bf16": [400e9]}))
+    cap = cal_mod.capability("cpu", ("bf16",))
+    assert cap["bf16"]["verdict"] == "slow" and "LABKIT_ASSUME_SLOW_BF16" in cap["bf16"]["source"]
+
+
+def test_calibrate_bad_inputs_and_a_corrupt_file(monkeypatch, tmp_path):
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match="rounds"):
+        cal_mod.calibrate_one("cpu", "fp32", rounds=0)
+    (tmp_path / "calibration.json").write_text("{not json")
+    with pytest.raises(ValueError, match="calibration.json.*labkit calibrate"):
+        cal_mod.find("cpu", "fp32")
+
+
+def test_calibrate_cli_stores_and_shows_then_keeps_fresh_entries(monkeypatch, tmp_path, capsys):
+    from labkit.cli import main
+
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(measure, "measure_memory_bandwidth", lambda dev, **kw: 5e9)
+    monkeypatch.setattr(measure, "measure_matmul_peak", _fake_measure({"fp32": [2e9, 3e9], "bf16": [1e8, 2e8]}))
+    assert main(["calibrate", "--device", "cpu", "--threads", "1", "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "3.0 GFLOP/s" in out and "0.07× fp32" in out and "calibration.json" in out
+    # a second run with --if-missing measures nothing (the fake has no more rates to give)
+    assert main(["calibrate", "--device", "cpu", "--threads", "1", "--if-missing"]) == 0
+    assert main(["calibrate", "--show"]) == 0
+    assert "cpu|1|fp32: 3.0 GFLOP/s" in capsys.readouterr().out

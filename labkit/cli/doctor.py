@@ -72,6 +72,10 @@ def collect(args) -> dict:
                     row["fraction_of_catalogue_peak"] = m.flops / spec.peak(m.dtype)
                 row["fraction_of_catalogue_bw"] = bw / spec.memory_bw
             info["measured"].append(row)
+        info["capability"] = hardware.capability(devices[0], quick_seconds=0.5 if args.quick else 1.5)
+        cal, fresh = hardware.calibration.find(devices[0], "fp32")
+        info["calibration"] = (None if cal is None else {"describe": cal.describe(), "flops": cal.flops,
+                                                            "fresh": fresh})
     if shutil.which("nvidia-smi"):
         try:
             r = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20)
@@ -91,7 +95,7 @@ def run(args) -> int:
     print(f"cpu        {info['cpu']['logical_cpus']} logical CPUs, torch uses {info['cpu']['torch_threads']} threads")
     print("backends   " + ", ".join(f"{k}: {'yes' if ok else 'no'}" for k, ok in info["backends"].items()))
     if not info["gpus"]:
-        print("gpus       none (CPU only: MFU denominators come from a live measurement)")
+        print("gpus       none (CPU only: MFU divides by a calibrated or live-measured matmul peak)")
     for g in info["gpus"]:
         if "catalogue" in g:
             pk = g["peak_flops"]
@@ -109,6 +113,22 @@ def run(args) -> int:
         if "fraction_of_catalogue_peak" in m:
             line += f" = {m['fraction_of_catalogue_peak']:.0%} of catalogue peak"
         print(line)
+    cap = info.get("capability") or {}
+    base = cap.get("fp32", {}).get("flops")
+    for d, c in cap.items():
+        if d == "fp32" or not base:
+            continue
+        if c.get("flops") is None:
+            print(f"dtype      {d}: not supported here ({c.get('why', '')[:80]})")
+            continue
+        what = {"fast": "FAST", "no faster": "no faster than fp32", "slow": "SLOW (emulated: train in fp32)"}
+        print(f"dtype      {d} is {what[c['verdict']]}: {c['flops'] / 1e9:,.1f} GFLOP/s vs fp32 "
+              f"{base / 1e9:,.1f} GFLOP/s ({c['ratio_to_fp32']:.3g}× fp32; {c['source']})")
+    if "calibration" in info:
+        c = info["calibration"]
+        print("calibrated " + ("none: MFU divides by a peak measured in each process — run `labkit calibrate`"
+                               if c is None else f"{c['describe']}" + ("" if c["fresh"] else
+                                                                      " (STALE: conditions changed)")))
     if info["topology"]:
         print("topology (nvidia-smi topo -m):")
         print(info["topology"])

@@ -6,14 +6,18 @@ MFU divides achieved FLOP/s by a *peak*; this package says which peak, and where
   dtype, memory, bandwidth, cited sources), :func:`lookup` by exact token sets (never substrings),
   :func:`known_devices`, :func:`normalize_dtype`. Torch-free.
 - :mod:`labkit.hardware.measure` — :func:`resolve_device`, :func:`time_fn`, the matmul-peak and
-  bandwidth measurements, and :func:`resolve_peak` (user value → catalogue → a measured peak cached
-  per process; :func:`remeasure_peak` raises a peak measured on a loaded machine).
+  bandwidth measurements.
+- :mod:`labkit.hardware.calibration` — :func:`calibrate` (this machine's peaks, stored once with their
+  conditions), :func:`capability` (is bf16 fast here?), :func:`best_dtype`.
+- :mod:`labkit.hardware.peak` — :func:`resolve_peak` (user value → catalogue → calibration → a peak
+  measured in-process; :func:`remeasure_peak` raises a peak measured on a loaded machine).
 
 Taught in chapter 3 (FLOPs) and chapter 4 (MFU and HFU); the ``measure_*`` functions in chapter 6
 (roofline), :func:`time_fn` in chapter 7 (timing).
 """
 from __future__ import annotations
 
+from labkit.hardware.calibration import Calibration, best_dtype, calibrate, capability
 from labkit.hardware.catalogue import (
     CATALOGUE,
     DTYPES,
@@ -26,11 +30,10 @@ from labkit.hardware.measure import (
     PeakMeasurement,
     measure_matmul_peak,
     measure_memory_bandwidth,
-    remeasure_peak,
     resolve_device,
-    resolve_peak,
     time_fn,
 )
+from labkit.hardware.peak import remeasure_peak, resolve_peak
 from labkit.units import GB, GIB  # noqa: F401 - old names (labkit.hardware.GB, .GIB); use labkit.units
 from labkit.units import TERA as T  # noqa: F401 - old name (labkit.hardware.T); use labkit.units.TERA
 
@@ -40,4 +43,6 @@ __all__ = [
     # measurement and the peak to divide by
     "resolve_device", "time_fn", "PeakMeasurement", "measure_matmul_peak", "measure_memory_bandwidth",
     "resolve_peak", "remeasure_peak",
+    # calibration and dtype capability
+    "Calibration", "calibrate", "capability", "best_dtype",
 ]

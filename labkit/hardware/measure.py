@@ -1,12 +1,11 @@
 """Live peak measurements and the peak an MFU divides by: matmul FLOP/s, copy bandwidth, timing.
 
-When the device is not in the catalogue (a CPU, an uncatalogued GPU) the peak is *measured*: the best
-matmul rate over a shape sweep (:func:`measure_matmul_peak`), cached per process (:func:`resolve_peak`,
-:func:`remeasure_peak`). :func:`time_fn` is the one timer (CUDA events on GPU, perf_counter on CPU).
+The measurements: the best matmul rate over a shape sweep (:func:`measure_matmul_peak`), copy
+bandwidth (:func:`measure_memory_bandwidth`), and :func:`time_fn`, the one timer (CUDA events on GPU,
+perf_counter on CPU). Which peak an MFU divides by is decided in :mod:`labkit.hardware.peak`.
 torch is imported inside the functions.
 
-Taught in chapter 4 (MFU and HFU: :func:`resolve_peak`), chapter 6 (roofline: the ``measure_*``
-functions) and chapter 7 (timing: :func:`time_fn`).
+Taught in chapter 6 (roofline: the ``measure_*`` functions) and chapter 7 (timing: :func:`time_fn`).
 """
 from __future__ import annotations
 
@@ -15,10 +14,9 @@ import time
 from dataclasses import dataclass, field
 
 from labkit import checks
-from labkit.hardware.catalogue import lookup, normalize_dtype
+from labkit.hardware.catalogue import normalize_dtype
 
-__all__ = ["resolve_device", "time_fn", "PeakMeasurement", "measure_matmul_peak", "measure_memory_bandwidth",
-           "resolve_peak", "remeasure_peak"]
+__all__ = ["resolve_device", "time_fn", "PeakMeasurement", "measure_matmul_peak", "measure_memory_bandwidth"]
 
 
 def resolve_device(device="auto"):
@@ -180,69 +178,3 @@ def measure_memory_bandwidth(device="cpu", *, nbytes: int | None = None, repeats
     dst = torch.empty_like(src)
     times = time_fn(lambda: dst.copy_(src), dev, warmup=2, repeats=repeats)
     return 2.0 * n * 4 / statistics.median(times)
-
-
-# the best live measurement per (device, dtype) in this process: a CPU learner re-resolving the peak
-# in every cell pays once; remeasure_peak() may raise it
-_MEASURED: dict[tuple[str, str], PeakMeasurement] = {}
-
-
-def _measured_peak_cached(device: str, dtype: str) -> PeakMeasurement:
-    if (device, dtype) not in _MEASURED:
-        _MEASURED[(device, dtype)] = measure_matmul_peak(device, dtype, max_seconds=1.0)
-    return _MEASURED[(device, dtype)]
-
-
-def resolve_peak(device="auto", dtype="bf16", peak_flops: float | None = None) -> tuple[float, str]:
-    """The peak FLOP/s to divide by, and where it came from.
-
-    Order: a user value wins (``"user"``); then the catalogue for a catalogued part named directly
-    ("H100-SXM") or for the present GPU's ``torch.cuda.get_device_name()`` (``"catalogue:<name>"``);
-    otherwise (CPU, or an uncatalogued GPU) a live, per-process cached matmul measurement
-    (``"measured:matmul <m>x<k>@<k>x<n> <dtype> on <device>"``). A catalogued GPU without a peak for
-    ``dtype`` raises (no silent fallback to another dtype).
-
-    Taught in chapter 4 (MFU and HFU).
-    """
-    if peak_flops is not None:
-        return checks.positive("peak_flops", peak_flops), "user"      # FLOP/s per device
-    key = normalize_dtype(dtype)
-    if isinstance(device, str) and device != "auto":
-        import torch
-
-        try:
-            torch.device(device)
-        except (RuntimeError, TypeError):      # not a torch device string: a catalogue name
-            spec = lookup(device)
-            return spec.peak(key), f"catalogue:{spec.name}"
-    dev = resolve_device(device)
-    if dev.type == "cuda":
-        import torch
-
-        name = torch.cuda.get_device_name(dev)
-        try:
-            spec = lookup(name)
-        except ValueError:
-            spec = None
-        if spec is not None:
-            return spec.peak(key), f"catalogue:{spec.name}"
-    m = _measured_peak_cached(str(dev), key)
-    return m.flops, f"measured:{m.describe()}"
-
-
-def remeasure_peak(device="auto", dtype="bf16", *, max_seconds: float = 2.0) -> PeakMeasurement:
-    """Measure the matmul peak again and keep the better of this and the cached measurement.
-
-    A live peak taken while other work loads the machine comes out low, and a run measured later
-    can then show MFU > 100%. The trainer calls this once in that case; the best measurement is
-    what the hardware can do, so it replaces the cached one for the rest of the process.
-
-    Taught in chapter 4 (MFU and HFU).
-    """
-    dev = resolve_device(device)
-    key = normalize_dtype(dtype)
-    old = _measured_peak_cached(str(dev), key)
-    new = measure_matmul_peak(dev, key, max_seconds=max_seconds)
-    best = new if new.flops > old.flops else old
-    _MEASURED[(str(dev), key)] = best
-    return best

@@ -25,6 +25,8 @@ def meter_for(cfg, n_devices: int, device):
 
     mcfg = cfg.model_config
     shape = mcfg.shape()
+    if cfg.compute_dtype != "fp32" and device.type == "cpu":
+        warn_if_slow(device, cfg.compute_dtype)
     peak, source = hardware.resolve_peak(device, cfg.compute_dtype, cfg.peak_flops)
     return Meter(device=device, warmup_steps=cfg.warmup_steps,
                  tokens_per_step=cfg.micro_batch * cfg.accum * n_devices * mcfg.seq_len,
@@ -33,6 +35,22 @@ def meter_for(cfg, n_devices: int, device):
                      shape, recompute="full" if cfg.checkpoint else "none"),
                  peak_flops=peak, peak_source=source, n_devices=n_devices, dtype=cfg.compute_dtype,
                  label=cfg.label, ranges="nvtx")     # NVTX ranges per step and phase on CUDA (chapter 10)
+
+
+def warn_if_slow(device, dtype: str) -> None:
+    """Warn, with the measured ratio, when ``dtype`` is emulated on this CPU (e.g. bf16 at ≈ 1/150 of fp32
+    on CPUs without AVX512-BF16/AMX): the run is valid but slow. Taught in chapter 17 (mixed precision)."""
+    import warnings
+
+    from labkit.hardware import capability
+
+    c = capability(device, (dtype,))[dtype]
+    if c["verdict"] == "slow":
+        ratio = c.get("ratio_to_fp32")
+        warnings.warn(f"{dtype} is slow on this CPU ({ratio:.3g}× the fp32 matmul rate; {c['source']}): "
+                      "train in fp32 here (labkit.hardware.best_dtype says which is fast)"
+                      if ratio is not None else f"{dtype} is not supported on this device", UserWarning,
+                      stacklevel=3)
 
 
 def peak_memory(device) -> tuple[int, str]:
