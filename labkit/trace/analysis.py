@@ -40,8 +40,10 @@ class TraceAnalysis:
     ``breakdown``: one row per rank, summed over the selected steps — ``compute``, ``comm_exposed``,
     ``comm_hidden``, ``memcpy``, ``idle_host_wait``, ``idle_other``, ``total``, ``data_wait`` and the
     same as ``*_share`` of ``total``. ``step_breakdown``: the same per (rank, step). ``overlap``: per
-    rank, the fraction of communication hidden under compute. ``comm_by_type``: per collective type
-    count, time, bytes and algbw. ``stragglers``: per rank, how often it arrived last at a collective,
+    rank, the fraction of communication hidden under compute (GPU: NCCL kernels under compute kernels;
+    CPU: gloo-thread time while the main thread runs ops — see :mod:`labkit.trace.breakdown` for the
+    definitions and the shared-cores caveat); NaN for a rank without communication. ``comm_by_type``:
+    per collective type count, time (the spans as recorded), bytes and algbw. ``stragglers``: per rank, how often it arrived last at a collective,
     its mean lateness, its compute before the collective, whether that makes it a straggler (last
     more often than chance, see :func:`labkit.trace.stragglers.stragglers`) and ``peer_wait_s``, the time it sat in collectives
     waiting for the last arrival (:attr:`peer_wait_share`). ``collectives``: the aligned table.

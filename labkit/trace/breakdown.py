@@ -20,14 +20,36 @@ Definitions (chapter 9). Every step window is split into a partition
 **CPU traces** (no device; the compute "device" is the main thread — the one holding
 ``ProfilerStep``, else the one with most ``cpu_op`` time):
 
-- *communication*: gloo's ``gloo:*`` ``user_annotation`` spans on the ``pt_gloo_runloop`` threads
-  (they carry the real duration; the ``c10d::*`` ``cpu_op`` on the main thread is only the launch);
-- *compute*: main-thread ``cpu_op`` time not in communication and not inside the data loader
-  (``c10d::*`` launches excluded);
+- *communication*: union of gloo's ``gloo:*`` ``user_annotation`` spans on the ``pt_gloo_runloop``
+  threads (they carry the real duration; the ``c10d::*`` ``cpu_op`` on the main thread is only the launch),
+  each cut at the first *sync point* after its start. gloo closes its span only after it has completed the
+  work's future (``finishWorkGloo``: ``markCompleted``, then ``finish`` ends the range), so the waiting
+  main thread can resume while the span is still open — by milliseconds when the gloo thread loses its
+  core. The trace proves completion at two sync points on the main thread: the start of DDP's last
+  ``torch.distributed.ddp.reducer::copy_bucket_to_grad`` of a backward (the reducer copies a bucket into
+  ``.grad`` only after its all-reduce completed, buckets in launch order) and the start of an
+  ``Optimizer.step#…`` range (gradients are final). Collectives still in flight across an optimizer step
+  (rare: an async metric reduction) would be cut too;
+- *compute*: union of the main thread's ``cpu_op`` spans (forward, ``autograd::engine::evaluate_function:
+  …Backward`` ops, optimizer), minus the spans of the collective ops themselves — launches (``c10d::*``,
+  ``_c10d_functional::*``, ``record_param_comms``) and recorded waits (``…::wait``, ``…::wait_tensor``) —
+  minus the data loader. A main thread blocked on a collective is not computing: DDP's wait for its last
+  buckets (``finalize_backward``) and ``Work.wait()`` record no op in current PyTorch, so they are gaps
+  in the main thread's ops; where a wait op is recorded, its span is cut out of any op that contains it;
+- *hidden* communication = communication ∩ compute (a gloo thread reduces a bucket while the main thread
+  runs backward), *exposed* = communication − compute (it runs while the main thread waits or idles);
 - *memcpy*: 0 (no device copies);
 - *idle host wait*: inside ``DataLoader`` ``__next__`` spans (the compute thread waits on input),
-  *idle other*: everything else (Python between ops, sleeps, waits that record no op).
+  *idle other*: everything else (Python between ops, sleeps, waits with no collective running).
 - step windows are the ``ProfilerStep#N`` ranges, else the main thread's extent.
+
+The convention is the GPU one: the partition counts wall time once. A stretch where the main thread
+computes while a gloo thread communicates is *compute* in the partition and also *comm_hidden* (which
+is not a share of the step — it is the part of the communication that cost no wall time); *overlap* =
+hidden ÷ (hidden + exposed). Caveat: threads are not a second device. On a machine whose cores are all
+busy (2 cores shared by 2 ranks, each a main thread plus gloo threads) "hidden" gloo work still competes
+with backward for the same cores and slows it down: overlap here says the two ran at the same time,
+not that the communication was free — the compute spans grow by what it took.
 
 *Data wait* (both kinds) is the device idle caused by the data loader: each idle gap that a
 ``DataLoader`` ``__next__`` span overlaps counts from where the span (or the gap) starts to the end of
@@ -62,6 +84,10 @@ _COLL_WORDS = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reduc
                ("alltoall", "all_to_all"), ("sendrecv", "send_recv"), ("broadcast", "broadcast"),
                ("reduce", "reduce"), ("send", "send"), ("recv", "recv"), ("barrier", "barrier"),
                ("gather", "gather"), ("scatter", "scatter"))
+_COLL_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::")
+_WAIT_SUFFIXES = ("::wait", "::wait_tensor")
+_DDP_COPY = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
+_AUTOGRAD = "autograd::engine::evaluate_function"
 COLUMNS = ("compute", "comm_exposed", "comm_hidden", "memcpy", "idle_host_wait", "idle_other", "total",
            "data_wait")
 
@@ -78,6 +104,33 @@ def collective_type(name: str) -> str:
         if word in key:
             return canon
     return "other"
+
+
+def is_collective_op(name: str) -> bool:
+    """Whether a CPU op name is a collective's launch or a wait on one (not compute on a CPU trace):
+    ``c10d::allreduce_``, ``_c10d_functional::wait_tensor``, ``record_param_comms``, ``…::wait``.
+
+    Taught in chapter 9.
+    """
+    return name.startswith(_COLL_OP_PREFIXES) or name == "record_param_comms" or name.endswith(_WAIT_SUFFIXES)
+
+
+def sync_points(ev: RankEvents, main_thread: int) -> np.ndarray:
+    """Sorted times (µs) on a CPU trace's main thread by which every collective started earlier has
+    completed for this rank: the start of DDP's last ``copy_bucket_to_grad`` op of each backward (copies
+    not separated by an ``autograd::engine`` op belong to one backward) and the start of every
+    ``Optimizer.step#…`` range.
+
+    Taught in chapter 9.
+    """
+    main = ev.thread == main_thread
+    copies = np.sort(ev.ts[main & (ev.cat == CPU_OP) & ev.name_mask(lambda n: n == _DDP_COPY)])
+    backward = np.sort(ev.ts[main & (ev.cat == CPU_OP) & ev.name_mask(lambda n: n.startswith(_AUTOGRAD))])
+    if copies.size:
+        seen = np.searchsorted(backward, copies, side="right")     # backward ops started by each copy
+        copies = copies[np.append(seen[1:] != seen[:-1], True)]    # the last copy before the next backward
+    opt = ev.ts[main & (ev.cat == USER_ANNOTATION) & ev.name_mask(lambda n: n.startswith("Optimizer.step#"))]
+    return np.unique(np.concatenate([copies, opt]))
 
 
 def dtype_bytes(dtype) -> int | None:
@@ -134,19 +187,28 @@ class RankView:
                 self.launch_ts[self.dev_idx[hit]] = rt_ts[pos[hit]]
         else:
             comm = (cat == USER_ANNOTATION) & ev.name_mask(lambda n: n.startswith("gloo:"))
-            comp = (cat == CPU_OP) & on_main & ev.name_mask(
-                lambda n: not n.startswith("c10d::") and n != "record_param_comms")
+            ops = (cat == CPU_OP) & on_main
+            coll = ops & ev.name_mask(is_collective_op)
+            comp = ops & ~coll
             self.comm_idx = np.flatnonzero(comm)
             self.comp_idx = np.flatnonzero(comp)
+            not_compute = iv.union(np.concatenate([ev.ts[coll], self.dataloader[0]]),
+                                   np.concatenate([end[coll], self.dataloader[1]]))
             self.dev_idx = np.flatnonzero(comm | comp)
             self.mem_idx = np.zeros(0, dtype=int)
             self.launch_ts = None
         self.comm_idx = self.comm_idx[np.argsort(ev.ts[self.comm_idx], kind="stable")]
         self._comp_u = iv.union(ev.ts[self.comp_idx], end[self.comp_idx])
-        self._comm_u = iv.union(ev.ts[self.comm_idx], end[self.comm_idx])
+        comm_end = end[self.comm_idx]
+        if self.kind == "cpu":       # a gloo span ends no later than the next sync point (module docstring)
+            marks = sync_points(ev, self.main_thread)
+            k = np.searchsorted(marks, ev.ts[self.comm_idx], side="right")
+            cut = np.append(marks, np.inf)[k]
+            comm_end = np.minimum(comm_end, cut)
+        self._comm_u = iv.union(ev.ts[self.comm_idx], comm_end)
         self._mem_u = iv.union(ev.ts[self.mem_idx], end[self.mem_idx])
-        if self.kind == "cpu":
-            self._comp_u = iv.subtract(iv.subtract(self._comp_u, self.dataloader), self._comm_u)
+        if self.kind == "cpu":      # the main thread's ops minus collective launches/waits and the loader
+            self._comp_u = iv.subtract(self._comp_u, not_compute)
 
     def _main_thread(self) -> int:
         ev = self.ev
