@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["ArgumentTypeError", "number", "positive", "nonneg", "count", "fraction", "one_of", "flag"]
+__all__ = ["ArgumentTypeError", "number", "positive", "nonneg", "count", "fraction", "one_of", "flag",
+           "finite_result"]
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -96,3 +97,15 @@ def one_of(name: str, value, choices):
         shown = list(choices)
         raise ValueError(f"{name}={value!r} is not valid: choose one of {shown}")
     return value
+
+
+def finite_result(name: str, value, *, positive: bool = False, **inputs):
+    """``value`` (a computed figure) if it is finite (and > 0 with ``positive``); an overflow to ±inf,
+    a NaN or an underflow to 0 from extreme but finite inputs (``tokens=1e300``, ``peak_flops=1e-300``)
+    becomes a ValueError naming the result and ``inputs``, never a silent inf or a later division by 0."""
+    if isinstance(value, numbers.Integral) or math.isfinite(value):   # a Python int never overflows
+        if not positive or value > 0:
+            return value
+    shown = ", ".join(f"{k}={v!r}" for k, v in inputs.items())
+    what = "a number > 0" if positive else "a finite number"
+    raise ValueError(f"{name} = {value} is not {what}: the inputs are beyond any meaningful range ({shown})")

@@ -34,17 +34,19 @@ def extra_wallclock_fraction(throughput_drop: float) -> float:
     if d >= 1:
         raise ValueError(f"throughput_drop must be a fraction in [0, 1), got {throughput_drop!r} "
                          "(a 100% drop never finishes; give 0.3 for 30%)")
-    return 1.0 / (1.0 - d) - 1.0
+    return checks.finite_result("extra wall-clock", 1.0 / (1.0 - d) - 1.0, throughput_drop=throughput_drop)
 
 
 def wallclock_s(tokens: float, tokens_per_s: float) -> float:
     """Seconds to process ``tokens`` at a global throughput of ``tokens_per_s``. Taught in chapter 1."""
-    return checks.positive("tokens", tokens) / checks.positive("tokens_per_s", tokens_per_s)
+    t = checks.positive("tokens", tokens) / checks.positive("tokens_per_s", tokens_per_s)
+    return checks.finite_result("wall-clock seconds", t, tokens=tokens, tokens_per_s=tokens_per_s)
 
 
 def throughput_for_deadline(tokens: float, days: float) -> float:
     """Global tokens/s needed to finish ``tokens`` in ``days`` of wall-clock. Taught in chapter 1."""
-    return checks.positive("tokens", tokens) / (checks.positive("days", days) * 86400.0)
+    x = checks.positive("tokens", tokens) / (checks.positive("days", days) * 86400.0)
+    return checks.finite_result("tokens/s", x, tokens=tokens, days=days)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,14 @@ def training_cost(*, tokens: float, flops_per_token: float, n_devices: int, peak
     tokens = checks.positive("tokens", tokens)
     fpt = checks.positive("flops_per_token", flops_per_token)
     n_devices = checks.count("n_devices", n_devices)
+    # every given argument is checked, used or not (a bad pue without device_power_w is still a mistake)
+    price = None if price_per_device_hour is None else checks.nonneg("price_per_device_hour", price_per_device_hour)
+    power = None if device_power_w is None else checks.positive("device_power_w", device_power_w)
+    p = checks.number("pue", pue, low=1)   # 1.0 = no cooling overhead
+    if mfu is not None:
+        checks.number("mfu", mfu)
+    if peak_flops is not None:
+        checks.positive("peak_flops", peak_flops)
     if tokens_per_s is None:
         if mfu is None or peak_flops is None:
             raise ValueError("give tokens_per_s, or both mfu and peak_flops (got "
@@ -107,15 +117,13 @@ def training_cost(*, tokens: float, flops_per_token: float, n_devices: int, peak
         if mfu is not None:
             raise ValueError("give tokens_per_s or mfu, not both")
         tps = checks.positive("tokens_per_s", tokens_per_s)
-    wall = tokens / tps
-    dev_h = wall * n_devices / 3600.0
-    cost = None if price_per_device_hour is None else dev_h * checks.nonneg(
-        "price_per_device_hour", price_per_device_hour)
-    energy = None
-    if device_power_w is not None:
-        p = checks.positive("pue", pue)
-        if p < 1:
-            raise ValueError(f"pue must be >= 1 (1.0 = no cooling overhead), got {pue!r}")
-        energy = checks.positive("device_power_w", device_power_w) * n_devices * wall * p / 3.6e6
-    return TrainingCost(tokens=tokens, total_flops=tokens * fpt, tokens_per_s=tps, n_devices=n_devices,
+    given = dict(tokens=tokens, flops_per_token=flops_per_token, n_devices=n_devices, tokens_per_s=tps)
+    wall = checks.finite_result("wall-clock seconds", tokens / tps, **given)
+    total = checks.finite_result("total FLOPs", tokens * fpt, **given)
+    dev_h = checks.finite_result("device-hours", wall * n_devices / 3600.0, **given)
+    cost = None if price is None else checks.finite_result("cost", dev_h * price,
+                                                            price_per_device_hour=price_per_device_hour, **given)
+    energy = None if power is None else checks.finite_result("energy kWh", power * n_devices * wall * p / 3.6e6,
+                                                              device_power_w=device_power_w, pue=pue, **given)
+    return TrainingCost(tokens=tokens, total_flops=total, tokens_per_s=tps, n_devices=n_devices,
                         wall_s=wall, device_hours=dev_h, cost=cost, energy_kwh=energy)

@@ -29,9 +29,13 @@ Taught in chapter 3 (FLOPs).
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from labkit import checks
+
+__all__ = ["METHODS", "RECOMPUTE", "ModelShape", "presets", "preset", "n_params", "n_active_params",
+           "n_matmul_params", "attention_core_flops_per_token", "forward_flops_per_token",
+           "model_flops_per_token", "hardware_flops_per_token", "flops_per_step", "FlopCount", "count_flops"]
 
 METHODS = ("palm", "6N", "megatron")
 RECOMPUTE = ("none", "selective", "full")
@@ -72,12 +76,13 @@ class ModelShape:
             v = getattr(self, p)
             if v is not None or p not in ("d_ff", "n_kv_heads", "head_dim"):
                 object.__setattr__(self, p, checks.count(p, v))
-        if self.ffn not in ("gelu", "swiglu"):
-            raise ValueError(f"ffn={self.ffn!r} must be 'gelu' or 'swiglu'")
-        if self.norm not in ("layernorm", "rmsnorm"):
-            raise ValueError(f"norm={self.norm!r} must be 'layernorm' or 'rmsnorm'")
-        if self.pos_emb not in ("learned", "rope", "none"):
-            raise ValueError(f"pos_emb={self.pos_emb!r} must be 'learned', 'rope' or 'none'")
+        for p in ("tied_embeddings", "bias"):
+            object.__setattr__(self, p, checks.flag(p, getattr(self, p)))
+        checks.one_of("ffn", self.ffn, ("gelu", "swiglu"))
+        checks.one_of("norm", self.norm, ("layernorm", "rmsnorm"))
+        checks.one_of("pos_emb", self.pos_emb, ("learned", "rope", "none"))
+        if not isinstance(self.name, str):
+            raise checks.ArgumentTypeError(f"name must be a str, got {type(self.name).__name__} {self.name!r}")
         if self.head_dim is None and self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
                              "(or give head_dim)")
@@ -136,8 +141,10 @@ def preset(name: str, **overrides) -> ModelShape:
 
     Taught in chapter 3 (FLOPs).
     """
-    if name not in _PRESETS:
-        raise ValueError(f"preset name={name!r} is unknown; known: {presets()}")
+    checks.one_of("name", name, _PRESETS)
+    known = sorted(f.name for f in fields(ModelShape))
+    if set(overrides) - set(known):
+        raise ValueError(f"preset({name!r}): unknown field(s) {sorted(set(overrides) - set(known))}; valid: {known}")
     return replace(ModelShape(**_PRESETS[name], name=name), **overrides)
 
 
@@ -161,13 +168,16 @@ def _layer_params(s: ModelShape, experts: int) -> int:
 
 def _check_shape(shape) -> ModelShape:
     if not isinstance(shape, ModelShape):
-        raise TypeError(f"shape must be a labkit.flops.ModelShape (see preset()), got {type(shape).__name__}")
+        raise checks.ArgumentTypeError(f"shape must be a labkit.flops.ModelShape (see preset()), "
+                                       f"got {type(shape).__name__} {shape!r:.60}")
     return shape
 
 
 def _count(s: ModelShape, experts: int, embeddings: bool, position_embeddings: bool | None) -> int:
+    embeddings = checks.flag("embeddings", embeddings)
     if position_embeddings is None:
         position_embeddings = embeddings
+    position_embeddings = checks.flag("position_embeddings", position_embeddings)
     d = s.d_model
     final_norm = 2 * d if (s.norm == "layernorm" and s.bias) else d
     n = s.n_layers * _layer_params(s, experts) + final_norm
@@ -194,8 +204,8 @@ def n_active_params(shape: ModelShape, *, embeddings: bool = True,
 
     Taught in chapter 3 (FLOPs).
     """
-    return _count(_check_shape(shape), shape.top_k if shape.n_experts > 1 else 1, embeddings,
-                  position_embeddings)
+    s = _check_shape(shape)
+    return _count(s, s.top_k if s.n_experts > 1 else 1, embeddings, position_embeddings)
 
 
 def n_matmul_params(shape: ModelShape) -> int:
@@ -203,7 +213,7 @@ def n_matmul_params(shape: ModelShape) -> int:
 
     Taught in chapter 3 (FLOPs).
     """
-    n = n_active_params(shape, position_embeddings=False)
+    n = n_active_params(_check_shape(shape), position_embeddings=False)
     if not shape.tied_embeddings:
         n -= shape.vocab_size * shape.d_model   # input lookup table: no FLOPs
     return n
@@ -213,11 +223,8 @@ def n_matmul_params(shape: ModelShape) -> int:
 # FLOPs per token
 # ------------------------------------------------------------------------------------------------
 def _check(method: str, causal) -> float:
-    if method not in METHODS:
-        raise ValueError(f"method={method!r} must be one of {list(METHODS)}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal={causal!r} must be True or False")
-    return 0.5 if causal else 1.0
+    checks.one_of("method", method, METHODS)
+    return 0.5 if checks.flag("causal", causal) else 1.0
 
 
 def _seq(shape: ModelShape, seq_len) -> int:
@@ -245,6 +252,7 @@ def forward_flops_per_token(shape: ModelShape, *, causal: bool = False, logits: 
     Taught in chapter 3 (FLOPs).
     """
     s = _check_shape(shape)
+    logits = checks.flag("logits", logits)
     d, q, kv = s.d_model, s.n_heads * s.hd, s.kv_heads * s.hd
     proj = 2 * d * (q + 2 * kv) + 2 * q * d
     mlp_one = (6 if s.ffn == "swiglu" else 4) * d * s.ff
@@ -290,8 +298,7 @@ def hardware_flops_per_token(shape: ModelShape, *, recompute: str = "none", meth
 
     Taught in chapter 3 (FLOPs).
     """
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute={recompute!r} must be one of {list(RECOMPUTE)}")
+    checks.one_of("recompute", recompute, RECOMPUTE)
     s = _check_shape(shape)
     model = model_flops_per_token(s, method=method, causal=causal, seq_len=seq_len)
     if recompute == "none":
@@ -317,9 +324,13 @@ def flops_per_step(shape: ModelShape, tokens: int, *, method: str = "palm", caus
     Taught in chapter 3 (FLOPs).
     """
     if not isinstance(tokens, numbers.Integral) and hasattr(tokens, "item"):
-        tokens = tokens.item()                # a tensor count, e.g. attention_mask.sum()
+        try:                                  # a tensor count, e.g. attention_mask.sum()
+            tokens = tokens.item()
+        except (ValueError, RuntimeError) as e:  # more than one element
+            raise checks.ArgumentTypeError(f"tokens must be one count, got a {type(tokens).__name__} of many") from e
     tokens = checks.count("tokens", tokens)   # real, unpadded tokens in the step
-    if hardware:
+    checks.one_of("recompute", recompute, RECOMPUTE)
+    if checks.flag("hardware", hardware):
         per = hardware_flops_per_token(shape, recompute=recompute, method=method, causal=causal, seq_len=seq_len)
     else:
         if recompute != "none":
@@ -406,6 +417,9 @@ def count_flops(model, inputs, *, backward: bool = True) -> FlopCount:
 
     Taught in chapter 3 (FLOPs).
     """
+    backward = checks.flag("backward", backward)
+    if not callable(model):
+        raise checks.ArgumentTypeError(f"model must be a callable module, got {type(model).__name__}")
     from torch.utils.flop_counter import FlopCounterMode
 
     _register_cpu_sdpa()

@@ -14,7 +14,12 @@ Taught in chapter 4 (MFU and HFU).
 """
 from __future__ import annotations
 
+import math
+
 from labkit import checks
+
+__all__ = ["achieved_flops", "tokens_per_s_per_device", "step_tokens_per_s", "mfu", "hfu",
+           "tokens_per_s_for_mfu"]
 
 
 def achieved_flops(tokens_per_s: float, flops_per_token: float) -> float:
@@ -22,7 +27,9 @@ def achieved_flops(tokens_per_s: float, flops_per_token: float) -> float:
 
     Taught in chapter 4 (MFU and HFU).
     """
-    return checks.positive("tokens_per_s", tokens_per_s) * checks.positive("flops_per_token", flops_per_token)
+    tps, fpt = checks.positive("tokens_per_s", tokens_per_s), checks.positive("flops_per_token", flops_per_token)
+    return checks.finite_result("achieved FLOP/s", tps * fpt, tokens_per_s=tokens_per_s,
+                                flops_per_token=flops_per_token)
 
 
 def tokens_per_s_per_device(tokens_per_s: float, n_devices: int) -> float:
@@ -32,11 +39,12 @@ def tokens_per_s_per_device(tokens_per_s: float, n_devices: int) -> float:
 
 def step_tokens_per_s(tokens_per_step: int, step_time_s: float) -> float:
     """Global tokens per optimizer step ÷ step time. Taught in chapter 4 (MFU and HFU)."""
-    checks.positive("tokens_per_step", tokens_per_step)
-    if isinstance(step_time_s, (int, float)) and step_time_s == 0:
-        raise ValueError("step_time_s=0: a zero step time means the clock did not see the work "
-                         "(asynchronous GPU work timed without synchronisation?)")
-    return tokens_per_step / checks.positive("step_time_s", step_time_s)
+    tokens = checks.positive("tokens_per_step", tokens_per_step)
+    t = checks.nonneg("step_time_s", step_time_s)
+    if t == 0:
+        raise ValueError("step_time_s=0 is not valid: use a time > 0 (a zero step time means the clock did "
+                         "not see the work: asynchronous GPU work timed without synchronisation?)")
+    return checks.finite_result("tokens/s", tokens / t, tokens_per_step=tokens_per_step, step_time_s=step_time_s)
 
 
 def _diagnose_over_100(kind, u, tokens_per_s, fpt, fpt_name, n, peak) -> str:
@@ -64,6 +72,10 @@ def _utilisation(kind: str, tokens_per_s, flops_per_token, n_devices, peak_flops
     n = checks.count("n_devices", n_devices)
     peak = checks.positive("peak_flops", peak_flops)
     u = tps * fpt / (n * peak)
+    if u == 0 or not math.isfinite(u):    # under- or overflow: extreme inputs, no figure to diagnose
+        raise ValueError(f"{kind} = {u} from tokens_per_s={tokens_per_s!r}, {fpt_name}={flops_per_token!r}, "
+                         f"n_devices={n_devices!r}, peak_flops={peak_flops!r}: the inputs are beyond any "
+                         "meaningful range")
     if u > 1.0:
         raise ValueError(_diagnose_over_100(kind, u, tps, fpt, fpt_name, n, peak))
     return u
@@ -99,4 +111,6 @@ def tokens_per_s_for_mfu(target_mfu: float, *, flops_per_token: float, n_devices
     """
     t = checks.fraction("target_mfu", target_mfu, open_low=True)
     n, peak = checks.count("n_devices", n_devices), checks.positive("peak_flops", peak_flops)
-    return t * n * peak / checks.positive("flops_per_token", flops_per_token)
+    fpt = checks.positive("flops_per_token", flops_per_token)
+    return checks.finite_result("tokens/s", t * n * peak / fpt, positive=True, target_mfu=target_mfu, n_devices=n_devices,
+                                peak_flops=peak_flops, flops_per_token=flops_per_token)

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from labkit import checks
+
+__all__ = ["ATTENTIONS", "GPTConfig", "SIZES", "gpt_config"]
+
 ATTENTIONS = ("sdpa", "naive")
 
 
@@ -29,18 +33,17 @@ class GPTConfig:
     dropout: float = 0.0
 
     def __post_init__(self):
+        # frozen: checked values (a NumPy int becomes a plain int) are stored with object.__setattr__
+        put = lambda name, v: object.__setattr__(self, name, v)
         for name in ("n_layers", "d_model", "n_heads", "vocab_size", "seq_len"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"GPTConfig.{name}={v!r} is not valid; use an int ≥ 1")
+            put(name, checks.count(name, getattr(self, name)))
         if self.d_model % self.n_heads:
             raise ValueError(f"GPTConfig: d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
-        if self.d_ff is not None and (not isinstance(self.d_ff, int) or self.d_ff < 1):
-            raise ValueError(f"GPTConfig.d_ff={self.d_ff!r} is not valid; use None or an int ≥ 1")
-        if self.attention not in ATTENTIONS:
-            raise ValueError(f"GPTConfig.attention={self.attention!r} is not valid; choose one of {ATTENTIONS}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"GPTConfig.dropout={self.dropout!r} is not valid; use 0 ≤ dropout < 1")
+        if self.d_ff is not None:
+            put("d_ff", checks.count("d_ff", self.d_ff))
+        checks.one_of("attention", self.attention, ATTENTIONS)
+        put("checkpoint", checks.flag("checkpoint", self.checkpoint))
+        put("dropout", checks.number("dropout", self.dropout, low=0, high=1, high_open=True))
 
     @property
     def ff(self) -> int:
@@ -78,10 +81,15 @@ def gpt_config(name: str = "tiny", **overrides) -> GPTConfig:
     """
     if isinstance(name, GPTConfig):
         base = name
-    elif name in SIZES:
-        base = SIZES[name]
     else:
-        raise ValueError(f"model size {name!r} is not known; choose one of {sorted(SIZES)}")
+        try:
+            known = name in SIZES
+        except TypeError:                 # unhashable
+            known = False
+        if not known:
+            raise ValueError(f"model size {name!r} is not known: name must be one of {sorted(SIZES)} "
+                             "or a GPTConfig")
+        base = SIZES[name]
     names = set(GPTConfig.__dataclass_fields__)
     bad = sorted(set(overrides) - names)
     if bad:

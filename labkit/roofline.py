@@ -35,9 +35,7 @@ def _dims(m, n, k) -> tuple[int, int, int]:
 
 
 def _dtype_bytes(dtype: str) -> int:
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
-    return DTYPE_BYTES[dtype]
+    return DTYPE_BYTES[checks.one_of("dtype", dtype, DTYPE_BYTES)]
 
 
 def matmul_flops(m: int, n: int, k: int) -> int:
@@ -54,12 +52,14 @@ def matmul_bytes(m: int, n: int, k: int, dtype: str = "fp32") -> int:
 
 def arithmetic_intensity(flops: float, nbytes: float) -> float:
     """FLOPs per byte moved. Taught in chapter 6."""
-    return checks.positive("flops", flops) / checks.positive("nbytes", nbytes)
+    i = checks.positive("flops", flops) / checks.positive("nbytes", nbytes)
+    return checks.finite_result("arithmetic intensity", i, flops=flops, nbytes=nbytes)
 
 
 def ridge_point(peak_flops: float, bandwidth: float) -> float:
     """Intensity (FLOP/byte) where the bandwidth roof meets the compute roof. Taught in chapter 6."""
-    return checks.positive("peak_flops", peak_flops) / checks.positive("bandwidth", bandwidth)
+    r = checks.positive("peak_flops", peak_flops) / checks.positive("bandwidth", bandwidth)
+    return checks.finite_result("ridge point", r, peak_flops=peak_flops, bandwidth=bandwidth)
 
 
 def attainable(intensity: float, peak_flops: float, bandwidth: float) -> float:
@@ -70,15 +70,21 @@ def attainable(intensity: float, peak_flops: float, bandwidth: float) -> float:
 
 def bound(intensity: float, peak_flops: float, bandwidth: float) -> str:
     """"memory" when the intensity is below the ridge point, else "compute". Taught in chapter 6."""
-    return "memory" if checks.positive("intensity", intensity) < ridge_point(peak_flops, bandwidth) else "compute"
+    i = checks.positive("intensity", intensity)
+    peak, bw = checks.positive("peak_flops", peak_flops), checks.positive("bandwidth", bandwidth)
+    return "memory" if i < peak / bw else "compute"     # an overflowing ridge (inf) is still an order
 
 
 def default_shapes(fast: bool = False, device_type: str = "cpu") -> list[tuple[int, int, int]]:
     """A sweep from matrix-vector (memory-bound) to square matmuls (compute-bound).
 
     Sizes fit the device: on a GPU up to 8192 (a few ms each); on a CPU up to 2048, or 1024 with
-    ``fast=True`` (a 2-core CPU runs the whole sweep in a few seconds).
+    ``fast=True`` (a 2-core CPU runs the whole sweep in a few seconds). Taught in chapter 6.
     """
+    fast = checks.flag("fast", fast)
+    if not isinstance(device_type, str):
+        raise checks.ArgumentTypeError(f"device_type must be a str such as 'cpu' or 'cuda', got "
+                                       f"{type(device_type).__name__} {device_type!r}")
     if device_type == "cuda":
         big, sq = 4096, [256, 512, 1024, 2048, 4096, 8192]
     elif fast:
@@ -114,14 +120,17 @@ def time_matmul(m: int, n: int, k: int, *, device="cpu", dtype: str = "fp32", re
     ``labkit.hardware.time_fn`` (CUDA events and one synchronisation per sample on GPU — GPU work is
     asynchronous —, perf_counter on CPU); the per-call time is sample / inner. Taught in chapter 6.
     """
+    m, n, k = _dims(m, n, k)                   # every argument checked before torch is imported
+    checks.count("repeats", repeats)
+    checks.count("warmup", warmup, at_least=0)
+    checks.positive("min_time_s", min_time_s)
+    checks.count("seed", seed, at_least=0)
+    _dtype_bytes(dtype)
     import numpy as np
     import torch
 
     from labkit.hardware.measure import resolve_device, time_fn
 
-    m, n, k = _dims(m, n, k)
-    checks.count("repeats", repeats)
-    checks.count("warmup", warmup, at_least=0)
     dev = resolve_device(device)
     g = torch.Generator().manual_seed(seed)
     td = _torch_dtype(dtype)
@@ -146,15 +155,20 @@ def sweep_matmul(shapes=None, *, device="cpu", dtype: str = "fp32", peak_flops: 
     import pandas as pd
 
     peak, bw = checks.positive("peak_flops", peak_flops), checks.positive("bandwidth", bandwidth)
+    _dtype_bytes(dtype)
+    checks.count("repeats", repeats)
+    fast = checks.flag("fast", fast)
     from labkit.hardware.measure import resolve_device
 
     shapes = default_shapes(fast, resolve_device(device).type) if shapes is None else list(shapes)
     if not shapes:
         raise ValueError("shapes must list at least one (m, n, k)")
+    for shp in shapes:            # every shape checked before the first one is timed
+        if not isinstance(shp, (tuple, list)) or len(shp) != 3:
+            raise ValueError(f"shapes: each shape must be (m, n, k), got {shp!r}")
+        _dims(*shp)
     rows = []
     for shp in shapes:
-        if len(shp) != 3:
-            raise ValueError(f"each shape must be (m, n, k), got {shp!r}")
         m, n, k = shp
         t = time_matmul(m, n, k, device=device, dtype=dtype, repeats=repeats, seed=seed)
         fl, by = matmul_flops(m, n, k), matmul_bytes(m, n, k, dtype)

@@ -30,7 +30,8 @@ __all__ = ["speedup", "strong_efficiency", "weak_efficiency", "throughput_effici
 
 def speedup(t1_s: float, tn_s: float) -> float:
     """S = t_1 / t_N for the same global work (strong scaling). Taught in chapter 5."""
-    return checks.positive("t1_s", t1_s) / checks.positive("tn_s", tn_s)
+    s = checks.positive("t1_s", t1_s) / checks.positive("tn_s", tn_s)
+    return checks.finite_result("speedup", s, t1_s=t1_s, tn_s=tn_s)
 
 
 def strong_efficiency(t1_s: float, tn_s: float, n: int) -> float:
@@ -40,12 +41,14 @@ def strong_efficiency(t1_s: float, tn_s: float, n: int) -> float:
 
 def weak_efficiency(t1_s: float, tn_s: float) -> float:
     """E = t_1 / t_N for steps of the same per-device work (weak scaling). Taught in chapter 5."""
-    return checks.positive("t1_s", t1_s) / checks.positive("tn_s", tn_s)
+    e = checks.positive("t1_s", t1_s) / checks.positive("tn_s", tn_s)
+    return checks.finite_result("efficiency", e, t1_s=t1_s, tn_s=tn_s)
 
 
 def throughput_efficiency(x1: float, xn: float, n: int) -> float:
     """E = X_N / (N · X_1) from global throughputs (tokens/s); valid for strong and weak scaling."""
-    return checks.positive("xn", xn) / (checks.count("n", n) * checks.positive("x1", x1))
+    e = checks.positive("xn", xn) / (checks.count("n", n) * checks.positive("x1", x1))
+    return checks.finite_result("efficiency", e, x1=x1, xn=xn, n=n)
 
 
 def amdahl_speedup(serial_fraction: float, n: int) -> float:
@@ -69,15 +72,22 @@ def scaling_table(throughput: dict[int, float], *, mode: str = "strong"):
     """
     import pandas as pd
 
-    if mode not in ("strong", "weak"):
-        raise ValueError(f"mode must be 'strong' or 'weak', got {mode!r}")
-    if 1 not in throughput:
-        raise ValueError(f"throughput needs the 1-device baseline (key 1); got keys {sorted(throughput)}")
-    x1 = checks.positive("throughput[1]", throughput[1])
+    checks.one_of("mode", mode, ("strong", "weak"))
+    if not hasattr(throughput, "items"):
+        raise checks.ArgumentTypeError(f"throughput must be a dict {{n_devices: tokens/s}}, got "
+                                       f"{type(throughput).__name__} {throughput!r:.60}")
+    table = {}
+    for n, x in throughput.items():
+        n = checks.count(f"throughput key {n!r} (a device count)", n)
+        table[n] = checks.positive(f"throughput[{n}]", x)
+    if 1 not in table:
+        raise ValueError(f"throughput needs the 1-device baseline (key 1); got keys {sorted(table)}")
+    x1 = table[1]
     rows = []
-    for n in sorted(throughput):
-        xn = checks.positive(f"throughput[{n}]", throughput[n])
-        rows.append({"devices": checks.count("n", n), "mode": mode, "tokens/s": xn, "speedup": xn / x1,
+    for n in sorted(table):
+        xn = table[n]
+        rows.append({"devices": n, "mode": mode, "tokens/s": xn,
+                     "speedup": checks.finite_result("speedup", xn / x1, throughput=throughput),
                      "ideal": float(n), "efficiency": throughput_efficiency(x1, xn, n)})
     return pd.DataFrame(rows)
 
@@ -96,8 +106,13 @@ def measure_scaling(base, nprocs=(1, 2), *, mode: str = "strong", threads_per_ra
     """
     from labkit.launcher.parent import launch
 
-    if mode not in ("strong", "weak"):
-        raise ValueError(f"mode must be 'strong' or 'weak', got {mode!r}")
+    checks.one_of("mode", mode, ("strong", "weak"))
+    if threads_per_rank is not None:
+        threads_per_rank = checks.count("threads_per_rank", threads_per_rank)
+    checks.positive("timeout_s", timeout_s)
+    if isinstance(nprocs, (str, bytes)) or not hasattr(nprocs, "__iter__"):
+        raise checks.ArgumentTypeError(f"nprocs must be a list of rank counts, e.g. (1, 2), got "
+                                       f"{type(nprocs).__name__} {nprocs!r}")
     counts = sorted({checks.count("nprocs", n) for n in nprocs})
     if 1 not in counts:
         raise ValueError(f"nprocs must include 1 (the baseline), got {list(nprocs)}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "B": 1}
@@ -85,11 +84,24 @@ def run_bench(args) -> int:
 
 
 def run_parse(args) -> int:
-    import sys
-
     from labkit import comm
+    from labkit.cli._io import naming, read_text
 
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(errors="replace")
+    text = read_text(args.file, "input file")      # a folder, an empty or a binary file: one line naming it
+    with naming("stdin" if args.file == "-" else args.file, "input file"):
+        kind, out, table = _parse(args, comm, text)
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    print(f"{kind}: {out['summary']}")
+    print(table)
+    for e in out["errors"]:
+        print(f"  bad line {e['line']}: {e['reason']}")
+    return 0
+
+
+def _parse(args, comm, text: str) -> tuple[str, dict, str]:
+    """(format, the JSON-able result, the text table) of one input."""
     kind = comm.detect_format(text) if args.format == "auto" else args.format
     if kind == "nccl-tests":
         r = comm.parse_nccl_tests(text, op=args.op)
@@ -110,21 +122,17 @@ def run_parse(args) -> int:
     else:
         raise ValueError(f"{args.file}: not nccl-tests output, an NCCL_DEBUG=INFO log or nvidia-smi topo -m")
     out["errors"] = [{"line": n, "reason": why} for n, why, _ in r.errors]
-    if args.json:
-        print(json.dumps(out, indent=2, default=str))
-        return 0
-    print(f"{kind}: {out['summary']}")
-    print(table)
-    for e in out["errors"]:
-        print(f"  bad line {e['line']}: {e['reason']}")
-    return 0
+    return kind, out, table
 
 
 def run_model(args) -> int:
-    from labkit import comm
+    from labkit import checks, comm
 
     size = parse_size(args.size)
-    a, beta = args.alpha_us * 1e-6, 1 / (args.bw_gbs * 1e9)
+    a, beta = checks.nonneg("--alpha-us", args.alpha_us) * 1e-6, 1 / (checks.positive("--bw-gbs", args.bw_gbs) * 1e9)
+    if args.inter_bw_gbs is not None:
+        checks.positive("--inter-bw-gbs", args.inter_bw_gbs)
+    checks.nonneg("--inter-alpha-us", args.inter_alpha_us)
     rows = [("ring", comm.ring_time(args.op, size, args.nranks, alpha=a, beta=beta))]
     if comm.canonical_op(args.op) in ("all_reduce", "broadcast", "reduce"):
         rows.append(("tree (pipelined)", comm.tree_time(args.op, size, args.nranks, alpha=a, beta=beta)))

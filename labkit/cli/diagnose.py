@@ -15,6 +15,7 @@ Taught in chapter 14 (systematic diagnosis).
 from __future__ import annotations
 
 import tempfile
+from contextlib import nullcontext
 
 
 def register(subparsers) -> None:
@@ -32,7 +33,25 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run)
 
 
+def read_record(path):
+    """A RunRecord from a JSON file, or a ValueError naming the file: a folder, an empty or binary file,
+    JSON that is not an object or has none of a run record's fields."""
+    import dataclasses
+
+    from labkit.cli._io import naming, read_json
+    from labkit.record import RunRecord
+
+    doc = read_json(path, "run record", hint="a run record is an object such as RunRecord.save writes")
+    fields = [f.name for f in dataclasses.fields(RunRecord)]
+    if not set(doc) & set(fields):
+        raise ValueError(f"run record {path} has none of a run record's fields ({', '.join(fields[:6])}, …): "
+                         f"it holds {sorted(doc)[:6]}")
+    with naming(path, "run record"):
+        return RunRecord.from_dict(doc)
+
+
 def _run(args) -> int:
+    from labkit.cli._io import naming
     from labkit.diagnose import diagnose
     from labkit.record import RunRecord
     from labkit.trace import analyze
@@ -42,14 +61,17 @@ def _run(args) -> int:
     if args.record and args.inject:
         raise ValueError("--record reads a finished run; it cannot be combined with --inject")
     trace_path = args.trace
+    # a malformed record surfaces as an AttributeError deep inside (record.extra a list, say): its file
+    # is named; a trace's errors name the trace
+    about_record = naming(args.record, "run record", also=(AttributeError,)) if args.record else nullcontext()
     if args.record:
-        record = RunRecord.load(args.record)
-        if trace_path is None and record.extra.get("trace_files"):
-            files = record.extra["trace_files"]
-            from pathlib import Path
+        record = read_record(args.record)
+        with naming(args.record, "run record", also=(AttributeError,)):
+            if trace_path is None and record.extra.get("trace_files"):
+                from pathlib import Path
 
-            parents = {str(Path(f).parent) for f in files}
-            trace_path = parents.pop() if len(parents) == 1 else None
+                parents = {str(Path(f).parent) for f in record.extra["trace_files"]}
+                trace_path = parents.pop() if len(parents) == 1 else None
     elif args.trace and not args.inject:
         record = RunRecord(label="trace-only")
     else:
@@ -65,11 +87,13 @@ def _run(args) -> int:
             record = run(TrainConfig(parallel=par, steps=args.steps + 3, warmup_steps=3, profile_dir=out),
                          nprocs=args.nprocs)
         trace_path = out
-    trace = analyze(trace_path) if trace_path else None
-    if trace is not None:
-        trace.update_record(record)
-    if not args.record and (args.inject or not args.trace):
-        record.save(f"{trace_path}/record.json")      # with the trace's utilisation and wait shares
-    d = diagnose(record, trace)
+    with naming(trace_path, "trace"):
+        trace = analyze(trace_path) if trace_path else None
+    with about_record:
+        if trace is not None:
+            trace.update_record(record)
+        if not args.record and (args.inject or not args.trace):
+            record.save(f"{trace_path}/record.json")      # with the trace's utilisation and wait shares
+        d = diagnose(record, trace)
     print(d.to_json() if args.json else d.report())
     return 0

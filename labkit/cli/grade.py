@@ -54,6 +54,7 @@ def register(subparsers) -> None:
 
 
 def handler(args) -> int:
+    from labkit.cli.release import read_lab
     from labkit.grading import Limits
     from labkit.grading.batch import GradeConfig, grade
 
@@ -62,7 +63,7 @@ def handler(args) -> int:
                     fsize_mb=args.fsize_mb, output_mb=args.output_mb, **mem)
     cfg = GradeConfig(limits=limits, workers=args.workers, params=dict(args.param), force=args.force,
                       check_s=args.check_timeout, progress=not args.no_progress)
-    res = grade(args.lab, args.submissions, args.out, cfg)
+    res = grade(read_lab(args.lab), args.submissions, args.out, cfg)
     for row in res.rows:
         print(f"{row['student']:<24} {row['score']:>6g} / {row['max_score']:g}  {row['status']}")
     print(f"graded {len(res.graded)}, skipped (already graded) {len(res.skipped)}, grader errors "

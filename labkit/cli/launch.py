@@ -31,7 +31,15 @@ def register(subparsers) -> None:
 
 
 def handle(args) -> int:
+    import os
+    from pathlib import Path
+
+    from labkit.cli._io import read_text
     from labkit.launcher import LaunchError, launch
+
+    t = args.target
+    if t.endswith(".py") or os.sep in t or Path(t).exists():    # a script (the launcher's own rule)
+        read_text(t, "script")          # a folder, an empty or a binary file: refused before any rank starts
 
     try:
         res = launch(args.target, args.nprocs, backend=args.backend, timeout_s=args.timeout,

@@ -45,7 +45,7 @@ def _shape(name: str):
 
 
 def compute(args) -> list[dict]:
-    from labkit import flops
+    from labkit import checks, flops
     from labkit import memory as M
 
     shape = _shape(args.model) if args.model else None
@@ -53,7 +53,7 @@ def compute(args) -> list[dict]:
         import dataclasses
 
         shape = dataclasses.replace(shape, seq_len=args.seq_len)
-    n = flops.n_params(shape) if shape is not None else int(args.params)
+    n = flops.n_params(shape) if shape is not None else int(checks.positive("--params", args.params))
     if args.micro_batch and shape is None:
         raise ValueError("--micro-batch needs --model (activations depend on the shape)")
     strategies = list(M.STRATEGIES) if args.strategy == "all" else [args.strategy]

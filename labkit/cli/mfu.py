@@ -47,7 +47,7 @@ def register(subparsers) -> None:
 
 def compute(args) -> dict:
     """The figures the command prints, as a dict (testable without parsing text)."""
-    from labkit import flops, hardware
+    from labkit import checks, flops, hardware
     from labkit import mfu as M
 
     shape_args = [args.layers, args.d_model, args.heads, args.vocab]
@@ -56,8 +56,7 @@ def compute(args) -> dict:
         raise ValueError("give exactly one of --model, --params, or the shape "
                          "(--layers --d-model --heads --vocab --seq-len)")
     if args.params is not None:
-        if args.params <= 0:
-            raise ValueError(f"--params={args.params!r} must be > 0")
+        checks.positive("--params", args.params)
         method = args.method or "6N"
         if method != "6N":
             raise ValueError(f"--method {method} needs a shape (--model or --layers ...); --params allows 6N")

@@ -13,7 +13,6 @@ Taught in chapter 28 (performance regression testing).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -38,43 +37,63 @@ def register(subparsers) -> None:
 
 
 def read_samples(path) -> list[float]:
-    """Numbers from a JSON list, a RunRecord JSON (extra.step_times) or a text file (one per line)."""
+    """Numbers from a JSON list, a JSON object with "samples", a RunRecord JSON (extra.step_times) or a
+    text file (one number per line). Every problem — a folder, an empty or binary file, JSON of another
+    shape, a value that is not a finite number > 0, fewer than 3 values — is a ValueError naming the file,
+    so that what :mod:`labkit.regress` raises afterwards is about the baseline store."""
+    import math
+
+    from labkit.cli._io import naming, read_text
     from labkit.record import RunRecord
     from labkit.regress import record_samples
 
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"--samples file {p} does not exist")
-    text = p.read_text()
+    what = "--samples file"
+    text = read_text(path, what)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
-        try:
-            return [float(x) for x in text.split()]
-        except ValueError as e:
-            raise ValueError(f"--samples file {p} is neither JSON nor one number per line ({e})") from e
-    if isinstance(doc, list):
-        return [float(x) for x in doc]
+        doc = text.split()                      # one number per line
     if isinstance(doc, dict):
-        if "samples" in doc:
-            return [float(x) for x in doc["samples"]]
-        return record_samples(RunRecord.from_dict(doc))
-    raise ValueError(f"--samples file {p}: expected a list of numbers or a run record")
+        with naming(path, what, also=(AttributeError,)):
+            doc = doc["samples"] if "samples" in doc else record_samples(RunRecord.from_dict(doc))
+    if not isinstance(doc, list):
+        raise ValueError(f"{what} {path}: expected a list of numbers, an object with 'samples' or a run record")
+    values = []
+    for i, x in enumerate(doc):
+        try:
+            v = float("nan") if isinstance(x, (bool, dict, list)) or x is None else float(x)
+        except (TypeError, ValueError):
+            v = float("nan")
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{what} {path}: value {i + 1} ({str(x)[:30]!r}) is not a finite number > 0 "
+                             "(per-step times or rates)")
+        values.append(v)
+    if len(values) < 3:
+        raise ValueError(f"{what} {path} holds {len(values)} number(s); a baseline needs at least 3 repeated "
+                         "measurements")
+    return values
 
 
 def _store(args):
+    from labkit.cli._io import naming
     from labkit.paths import work_dir
     from labkit.regress import BaselineStore
 
-    return BaselineStore(args.store or work_dir("baselines"))
+    path = args.store or work_dir("baselines")
+    with naming(path, "baseline store"):
+        return BaselineStore(path)
 
 
 def _save(args) -> int:
     import sys
 
+    from labkit.cli._io import naming
+
+    samples = read_samples(args.samples)
+    store = _store(args)
     try:
-        f = _store(args).save(args.name, read_samples(args.samples), higher_is_better=args.higher_is_better,
-                              overwrite=args.overwrite)
+        with naming(store.path, "baseline store"):
+            f = store.save(args.name, samples, higher_is_better=args.higher_is_better, overwrite=args.overwrite)
     except FileExistsError as e:
         print(f"labkit regress: error: {e} (use --overwrite)", file=sys.stderr)
         return 2
@@ -83,10 +102,15 @@ def _save(args) -> int:
 
 
 def _check(args) -> int:
+    from labkit import checks
+    from labkit.cli._io import naming
+
+    kw = {"min_effect": checks.nonneg("--min-effect", args.min_effect)}
+    samples = read_samples(args.samples)
     store = _store(args)
-    kw = {"min_effect": args.min_effect}
     if args.higher_is_better:
         kw["higher_is_better"] = True     # otherwise the stored baseline's own setting is used
-    v = store.check(args.name, read_samples(args.samples), **kw)
+    with naming(store.path / f"{args.name}.json", "baseline file"):    # the store keeps <name>.json
+        v = store.check(args.name, samples, **kw)
     print(json.dumps(v.to_dict(), indent=2) if args.json else v.report())
     return 1 if v.verdict == "slower" else 0

@@ -17,10 +17,26 @@ def register(subparsers) -> None:
     p.set_defaults(func=handler)
 
 
-def handler(args) -> int:
-    from labkit.grading import load_lab, release
+def read_lab(lab):
+    """:func:`labkit.grading.load_lab`, with a one-line ValueError naming the notebook for a folder without
+    one, an empty or binary file, JSON that is no notebook, or a notebook nbformat cannot read."""
+    import nbformat
 
-    lab = load_lab(args.lab)
+    from labkit.cli._io import naming, read_json
+    from labkit.grading.labfmt import find_lab, load_lab
+
+    source = find_lab(lab)
+    nb = read_json(source, "lab notebook", hint="a Jupyter notebook is an object with a 'cells' list")
+    if not isinstance(nb.get("cells"), list):
+        raise ValueError(f"lab notebook {source} has no 'cells' list: it is not a Jupyter notebook")
+    with naming(source, "lab notebook", also=(nbformat.ValidationError, AttributeError)):
+        return load_lab(source)
+
+
+def handler(args) -> int:
+    from labkit.grading import release
+
+    lab = read_lab(args.lab)
     path = release(lab.source, args.out)
     print(f"released {lab.id}: {len(lab.questions)} questions, {lab.max_score:g} points -> {path}")
     return 0

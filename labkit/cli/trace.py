@@ -41,18 +41,22 @@ def register(subparsers) -> None:
 
 
 def _analyze(args) -> int:
+    from labkit.cli._io import naming
     from labkit.trace.analysis import analyze
 
-    res = analyze(args.path, steps=args.steps)
+    with naming(args.path, "trace"):
+        res = analyze(args.path, steps=args.steps)
     print(json.dumps(res.to_dict(), indent=2) if args.json else res.summary())
     return 0
 
 
 def _hta(args) -> int:
+    from labkit.cli._io import naming
     from labkit.trace.hta import hta_comm_comp_overlap, hta_temporal_breakdown
 
-    tb = hta_temporal_breakdown(args.path)
-    ov = hta_comm_comp_overlap(args.path)
+    with naming(args.path, "trace"):
+        tb = hta_temporal_breakdown(args.path)
+        ov = hta_comm_comp_overlap(args.path)
     if args.json:
         print(json.dumps({"temporal_breakdown": tb.to_dict("records"),
                           "comm_comp_overlap": ov.to_dict("records")}, indent=2, default=str))

@@ -45,11 +45,15 @@ reduce-scatter (S over g) + inter-node all-reduce of S/g over m nodes + intra-no
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.checks import ArgumentTypeError, count, nonneg, positive
+from labkit.checks import ArgumentTypeError, count, finite_result, flag, nonneg, positive
+
+__all__ = ["OPS", "canonical_op", "bus_factor", "algbw", "busbw", "ring_steps", "ring_time", "tree_time",
+           "hierarchical_time", "AlphaBeta", "fit_alpha_beta"]
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
 _ALIASES = {
@@ -101,7 +105,8 @@ def algbw(op: str, size_bytes: float, time_s: float) -> float:
     Taught in chapter 11 (communication diagnostics).
     """
     canonical_op(op)
-    return nonneg("size_bytes", size_bytes) / positive("time_s", time_s)
+    bw = nonneg("size_bytes", size_bytes) / positive("time_s", time_s)
+    return finite_result("algbw", bw, size_bytes=size_bytes, time_s=time_s)
 
 
 def busbw(op: str, size_bytes: float, time_s: float, nranks: int) -> float:
@@ -136,10 +141,17 @@ def ring_time(op: str, size_bytes: float, nranks: int, *, alpha: float, beta: fl
     ``alpha`` = per-step latency (s), ``beta`` = seconds per byte of one link (1/bandwidth).
     Taught in chapter 11 and chapter 23.
     """
+    op = canonical_op(op)
     S = nonneg("size_bytes", size_bytes)
     a = nonneg("alpha", alpha)
     b = nonneg("beta", beta)
     n = count("nranks", nranks)
+    return finite_result("ring time", _ring(op, S, n, a, b), size_bytes=size_bytes, nranks=nranks,
+                         alpha=alpha, beta=beta)
+
+
+def _ring(op: str, S: float, n: int, a: float, b: float) -> float:
+    """The ring formula on checked arguments (``op`` canonical)."""
     if n == 1:
         return 0.0
     return ring_steps(op, n) * a + bus_factor(op, n) * S * b
@@ -160,13 +172,13 @@ def tree_time(op: str, size_bytes: float, nranks: int, *, alpha: float, beta: fl
     a = nonneg("alpha", alpha)
     b = nonneg("beta", beta)
     n = count("nranks", nranks)
+    pipelined = flag("pipelined", pipelined)
     if n == 1:
         return 0.0
     depth = math.ceil(math.log2(n))
     passes = 2 if op == "all_reduce" else 1
-    if pipelined:
-        return passes * (depth * a + S * b)
-    return passes * depth * (a + S * b)
+    t = passes * (depth * a + S * b) if pipelined else passes * depth * (a + S * b)
+    return finite_result("tree time", t, size_bytes=size_bytes, nranks=nranks, alpha=alpha, beta=beta)
 
 
 def hierarchical_time(op: str, size_bytes: float, nranks: int, *, alpha: float, beta: float,
@@ -179,28 +191,29 @@ def hierarchical_time(op: str, size_bytes: float, nranks: int, *, alpha: float, 
     half of that. Other ops fall back to a flat ring on the slower link. Taught in chapter 23.
     """
     op = canonical_op(op)
+    S = nonneg("size_bytes", size_bytes)
     n = count("nranks", nranks)
+    # every argument checked under its own name, whichever path below uses it
+    a, b = nonneg("alpha", alpha), nonneg("beta", beta)
+    ai, bi = nonneg("alpha_inter", alpha_inter), nonneg("beta_inter", beta_inter)
     g = count("ranks_per_node", ranks_per_node)
     if n % g:
-        raise ValueError(f"nranks={n} is not a multiple of ranks_per_node={g}")
+        raise ValueError(f"nranks={n} is not a multiple of ranks_per_node={g}: use a whole number of nodes")
     m = n // g
-    S = nonneg("size_bytes", size_bytes)
-    nonneg("alpha_inter", alpha_inter)
-    nonneg("beta_inter", beta_inter)
     if m == 1:
-        return ring_time(op, S, n, alpha=alpha, beta=beta)
-    if g == 1:
-        return ring_time(op, S, n, alpha=alpha_inter, beta=beta_inter)
-    if op == "all_reduce":
-        return (ring_time("reduce_scatter", S, g, alpha=alpha, beta=beta)
-                + ring_time("all_reduce", S / g, m, alpha=alpha_inter, beta=beta_inter)
-                + ring_time("all_gather", S, g, alpha=alpha, beta=beta))
-    if op in ("all_gather", "reduce_scatter"):
+        t = _ring(op, S, n, a, b)
+    elif g == 1:
+        t = _ring(op, S, n, ai, bi)
+    elif op == "all_reduce":
+        t = (_ring("reduce_scatter", S, g, a, b) + _ring("all_reduce", S / g, m, ai, bi)
+             + _ring("all_gather", S, g, a, b))
+    elif op in ("all_gather", "reduce_scatter"):
         # inter-node part moves S/g·(m-1)/m per rank; intra part the full S·(g-1)/g
-        return (ring_time(op, S, g, alpha=alpha, beta=beta)
-                + ring_time(op, S / g, m, alpha=alpha_inter, beta=beta_inter))
-    slow_a, slow_b = max(alpha, alpha_inter), max(beta, beta_inter)
-    return ring_time(op, S, n, alpha=slow_a, beta=slow_b)
+        t = _ring(op, S, g, a, b) + _ring(op, S / g, m, ai, bi)
+    else:
+        t = _ring(op, S, n, max(a, ai), max(b, bi))
+    return finite_result("two-level time", t, size_bytes=size_bytes, nranks=nranks, alpha=alpha, beta=beta,
+                         alpha_inter=alpha_inter, beta_inter=beta_inter)
 
 
 @dataclass(frozen=True)
@@ -218,13 +231,22 @@ class AlphaBeta:
     sizes: tuple = ()
     rel_errors: tuple = ()
 
+    def __post_init__(self):
+        object.__setattr__(self, "alpha_s", nonneg("alpha_s", self.alpha_s))
+        object.__setattr__(self, "beta_s_per_byte", nonneg("beta_s_per_byte", self.beta_s_per_byte))
+        object.__setattr__(self, "op", canonical_op(self.op))
+        object.__setattr__(self, "nranks", count("nranks", self.nranks))
+        object.__setattr__(self, "sizes", tuple(_array("sizes", self.sizes).ravel().tolist()))
+        object.__setattr__(self, "rel_errors",
+                           tuple(_array("rel_errors", self.rel_errors, signed=True).ravel().tolist()))
+
     @property
     def bandwidth(self) -> float:
         return 1.0 / self.beta_s_per_byte if self.beta_s_per_byte > 0 else float("inf")
 
     def predict(self, size_bytes) -> float | np.ndarray:
         """Predicted time (s) of ``op`` at ``size_bytes`` (scalar or array) on ``nranks`` ranks."""
-        s = np.asarray(size_bytes, dtype=float)
+        s = _array("size_bytes", size_bytes)
         t = (ring_steps(self.op, self.nranks) * self.alpha_s
              + bus_factor(self.op, self.nranks) * s * self.beta_s_per_byte)
         return float(t) if t.ndim == 0 else t
@@ -248,17 +270,32 @@ def fit_alpha_beta(sizes_bytes, times_s, op: str = "all_reduce", nranks: int = 2
     op = canonical_op(op)
     n = count("nranks", nranks, at_least=2)      # one rank has nothing to fit
     huber = positive("huber", huber)
-    iters = count("iters", iters)
-    s = np.asarray(sizes_bytes, dtype=float).ravel()
-    t = np.asarray(times_s, dtype=float).ravel()
+    iters = count("iters", iters, at_most=10_000)
+    s = _array("sizes_bytes", sizes_bytes).ravel()
+    t = _array("times_s", times_s, positive=True).ravel()
     if s.shape != t.shape:
         raise ValueError(f"sizes_bytes ({s.size}) and times_s ({t.size}) must have the same length")
     if s.size < 2 or np.unique(s).size < 2:
-        raise ValueError("fit_alpha_beta needs at least 2 distinct sizes")
-    if not (np.all(np.isfinite(t)) and np.all(t > 0)) or np.any(s < 0):
-        raise ValueError("times_s must be finite and > 0, sizes_bytes >= 0")
+        raise ValueError(f"sizes_bytes needs at least 2 distinct sizes to fit alpha and beta, got {s.tolist()[:8]}")
     steps, factor = ring_steps(op, n), bus_factor(op, n)
     X = np.column_stack([np.full_like(s, steps), factor * s])
+    with np.errstate(over="ignore"):
+        finite = np.all(np.isfinite(X / t[:, None]))
+    if not finite:
+        raise ValueError(f"sizes_bytes (up to {s.max():.3g}) over times_s (down to {t.min():.3g}) are beyond any "
+                         "meaningful range: the fit would overflow")
+    with np.errstate(over="ignore", invalid="ignore"):   # extreme inputs: checked just below
+        coef = _irls(X, t, steps, huber, iters)
+        pred = X @ coef
+    if not (np.all(np.isfinite(coef)) and np.all(np.isfinite(pred))):
+        raise ValueError(f"sizes_bytes (up to {s.max():.3g}) and times_s (from {t.min():.3g}) give no finite fit: "
+                         "the inputs are beyond any meaningful range")
+    return AlphaBeta(alpha_s=float(coef[0]), beta_s_per_byte=float(coef[1]), op=op, nranks=n,
+                     sizes=tuple(float(x) for x in s), rel_errors=tuple(float(x) for x in pred / t - 1.0))
+
+
+def _irls(X: np.ndarray, t: np.ndarray, steps: int, huber: float, iters: int) -> np.ndarray:
+    """Iteratively re-weighted least squares on relative error with a Huber loss; α, β >= 0."""
     w = np.ones_like(t)
     coef = np.zeros(2)
     for _ in range(iters):
@@ -273,6 +310,30 @@ def fit_alpha_beta(sizes_bytes, times_s, op: str = "all_reduce", nranks: int = 2
         if np.allclose(w_new, w):
             break
         w = w_new
-    pred = X @ coef
-    return AlphaBeta(alpha_s=float(coef[0]), beta_s_per_byte=float(coef[1]), op=op, nranks=n,
-                     sizes=tuple(float(x) for x in s), rel_errors=tuple(float(x) for x in pred / t - 1.0))
+    return coef
+
+
+def _array(name: str, values, *, positive: bool = False, signed: bool = False) -> np.ndarray:
+    """``values`` (a number, list, array or Series of real numbers) as a float array, each finite and
+    >= 0 (> 0 with ``positive``, any sign with ``signed``); an error names ``name`` and the first bad
+    element."""
+    try:
+        arr = np.asarray(values)
+    except ValueError as e:                  # ragged nested lists
+        raise ArgumentTypeError(f"{name} must be a flat list or array of numbers, got {values!r:.60}") from e
+    if not (isinstance(values, np.ndarray) and arr.dtype.kind in "iuf"):
+        # a list may mix bools into floats (NumPy would make True 1.0): look at each element
+        items = np.asarray(values, dtype=object)
+        for i, v in enumerate(items.ravel() if items.ndim else [items.item()]):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+                raise ArgumentTypeError(f"{name}[{i}] must be a number, got {type(v).__name__} {v!r:.40}")
+    a = arr.astype(float)
+    bad = ~np.isfinite(a)
+    if not signed:
+        bad |= (a <= 0) if positive else (a < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad.ravel())[0])
+        need = "" if signed else " and > 0" if positive else " and >= 0"
+        raise ValueError(f"{name} must be finite{need}: "
+                         f"{name}[{i}]={float(a.ravel()[i])!r} is not")
+    return a

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from labkit import checks
 from labkit.units import GB, GIB, TERA
 
 __all__ = ["DTYPES", "DeviceSpec", "CATALOGUE", "normalize_dtype", "known_devices", "lookup"]
@@ -50,6 +51,27 @@ class DeviceSpec:
     aliases: tuple[str, ...] = ()
     note: str = ""
 
+    def __post_init__(self):
+        for k in ("name", "vendor", "source", "note"):
+            if not isinstance(getattr(self, k), str):
+                raise checks.ArgumentTypeError(f"{k} must be a str, got {type(getattr(self, k)).__name__}")
+        if not isinstance(self.peak_flops, dict) or not self.peak_flops:
+            raise checks.ArgumentTypeError(f"peak_flops must be a non-empty dict {{dtype: FLOP/s}}, got "
+                                           f"{self.peak_flops!r:.60}")
+        peaks = {}
+        for k, v in self.peak_flops.items():
+            try:
+                key = normalize_dtype(k)
+            except ValueError as e:
+                raise ValueError(f"peak_flops key {k!r}: {e}") from None
+            peaks[key] = checks.positive(f"peak_flops[{k!r}]", v)
+        object.__setattr__(self, "peak_flops", peaks)
+        object.__setattr__(self, "memory_bytes", checks.count("memory_bytes", self.memory_bytes, at_least=0))
+        object.__setattr__(self, "memory_bw", checks.positive("memory_bw", self.memory_bw))
+        if not isinstance(self.aliases, (tuple, list)) or not all(isinstance(a, str) for a in self.aliases):
+            raise checks.ArgumentTypeError(f"aliases must be a tuple of str, got {self.aliases!r:.60}")
+        object.__setattr__(self, "aliases", tuple(self.aliases))
+
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype`` (ValueError naming the dtypes this part has).
 
@@ -71,6 +93,10 @@ def normalize_dtype(dtype) -> str:
 
     Taught in chapter 4 (MFU and HFU).
     """
+    if not (isinstance(dtype, str) or hasattr(dtype, "is_floating_point") or type(dtype).__name__ == "dtype"
+            or "DType" in type(dtype).__name__):      # a str, a torch.dtype or a NumPy dtype
+        raise checks.ArgumentTypeError(f"dtype must be a str such as 'bf16' or a torch dtype, got "
+                                       f"{type(dtype).__name__} {dtype!r:.60}")
     s = str(dtype).lower().replace("torch.", "")
     table = {"float64": "fp64", "double": "fp64", "float32": "fp32", "float": "fp32", "fp32": "fp32",
              "tf32": "tf32", "tensorfloat32": "tf32", "bfloat16": "bf16", "bf16": "bf16",
@@ -239,7 +265,10 @@ def lookup(name: str) -> DeviceSpec:
 
     Taught in chapter 4 (MFU and HFU).
     """
-    if not isinstance(name, str) or not name.strip():
+    if not isinstance(name, str):
+        raise checks.ArgumentTypeError(f"name must be a device name (a str) such as 'H100-SXM', got "
+                                       f"{type(name).__name__} {name!r:.60}")
+    if not name.strip():
         raise ValueError(f"name={name!r}: need a device name such as 'H100-SXM' or "
                          "torch.cuda.get_device_name()")
     key = _tokens(name)

@@ -38,9 +38,14 @@ Units: :func:`fmt_bytes` prints GiB (2^30) or GB (1e9) and says which.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, replace
 
+from labkit import checks
 from labkit.units import GB, GIB, KB, KIB, MB, MIB
+
+__all__ = ["GiB", "STRATEGIES", "PRECISIONS", "OPTIMIZERS", "fmt_bytes", "canonical_strategy", "MemoryBreakdown",
+           "model_state_bytes", "activation_bytes", "ddp_bucket_sizes", "comm_buffer_bytes"]
 
 GiB = GIB   # the spelling chapter 13 prints
 
@@ -64,15 +69,16 @@ def fmt_bytes(n: float, unit: str = "GiB") -> str:
     Taught in chapter 13 (memory anatomy).
     """
     units = {"GiB": GIB, "GB": GB, "MiB": MIB, "MB": MB, "KiB": KIB, "kB": KB, "B": 1}
-    if unit not in units:
-        raise ValueError(f"unit={unit!r} is not valid; choose one of {list(units)}")
+    checks.one_of("unit", unit, units)
+    n = checks.nonneg("n", n)
     return f"{n / units[unit]:,.2f} {unit}" if unit != "B" else f"{int(n):,} B"
 
 
 def canonical_strategy(strategy: str) -> str:
     """Normalise a strategy name ("FULL_SHARD", "fsdp2", "zero3" …). Taught in chapter 20."""
     if not isinstance(strategy, str):
-        raise TypeError(f"strategy must be a str, got {type(strategy).__name__}")
+        raise checks.ArgumentTypeError(f"strategy must be a str such as 'zero3' or 'FULL_SHARD', "
+                                       f"got {type(strategy).__name__} {strategy!r:.60}")
     s = strategy.strip().lower().replace("-", "_")
     s = _ALIASES.get(s, s)
     if s not in _SHARDS:
@@ -123,14 +129,10 @@ class MemoryBreakdown:
         return "\n".join([head, *rows])
 
 
-def _numels(n_params) -> list[int]:
-    """Parameter element counts from an int, a list of shapes/numels or an nn.Module (deduplicated)."""
-    if isinstance(n_params, bool):
-        raise TypeError("n_params must be an int, a list of parameter sizes or an nn.Module, got bool")
-    if isinstance(n_params, int):
-        if n_params < 0:
-            raise ValueError(f"n_params={n_params} must be >= 0")
-        return [n_params]
+def _numels(n_params, name: str = "n_params") -> list:
+    """Parameter element counts from an int, a list of shapes/numels or an nn.Module (deduplicated).
+
+    An int (NumPy ints too) is a count Ψ >= 0; a list holds counts or shapes (tuples of ints >= 0)."""
     if hasattr(n_params, "parameters"):
         seen, out = set(), []
         for p in n_params.parameters():
@@ -139,8 +141,17 @@ def _numels(n_params) -> list[int]:
                 out.append(tuple(p.shape))
         return out
     if isinstance(n_params, (list, tuple)):
-        return list(n_params)
-    raise TypeError(f"n_params must be an int, a list of parameter sizes or an nn.Module, got {type(n_params).__name__}")
+        out = []
+        for i, item in enumerate(n_params):
+            if isinstance(item, (tuple, list)):
+                out.append(tuple(checks.count(f"{name}[{i}] dim {j}", d, at_least=0) for j, d in enumerate(item)))
+            else:
+                out.append(checks.count(f"{name}[{i}]", item, at_least=0))
+        return out
+    if isinstance(n_params, numbers.Integral) and not isinstance(n_params, bool):
+        return [checks.count(name, n_params, at_least=0)]
+    raise checks.ArgumentTypeError(f"{name} must be an int >= 0, a list of parameter sizes or an nn.Module, "
+                                   f"got {type(n_params).__name__} {n_params!r:.60}")
 
 
 def _shard_elems(item, n: int, rank: int, exact: bool) -> float:
@@ -169,19 +180,17 @@ def model_state_bytes(n_params, *, strategy: str = "ddp", n_ranks: int = 1, prec
     ``fsdp_hybrid`` (default: all ranks). Taught in chapter 13 and chapter 20.
     """
     strat = canonical_strategy(strategy)
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is not valid; choose one of {list(PRECISIONS)}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer={optimizer!r} is not valid; choose one of {list(OPTIMIZERS)}")
-    if isinstance(n_ranks, bool) or not isinstance(n_ranks, int) or n_ranks < 1:
-        raise ValueError(f"n_ranks={n_ranks!r} must be an integer >= 1")
+    checks.one_of("precision", precision, PRECISIONS)
+    checks.one_of("optimizer", optimizer, OPTIMIZERS)
+    n_ranks = checks.count("n_ranks", n_ranks)
+    rank = checks.count("rank", rank, at_least=0, at_most=n_ranks - 1)
+    if shard_size is not None:
+        shard_size = checks.count("shard_size", shard_size)
     group = n_ranks
     if strat == "fsdp_hybrid":
         group = shard_size or n_ranks
         if n_ranks % group:
             raise ValueError(f"shard_size={group} must divide n_ranks={n_ranks}")
-    if not 0 <= rank < n_ranks:
-        raise ValueError(f"rank={rank} must be in [0, {n_ranks})")
     items = _numels(n_params)
     full = float(sum(math.prod(i) if isinstance(i, tuple) else i for i in items))
     exact = hasattr(n_params, "parameters")
@@ -212,20 +221,25 @@ def activation_bytes(shape, micro_batch: int, *, recompute: str = "none", tp: in
     from the paper's 16-bit activations. ``include_head`` adds the output layer 4sbh + 4sbv (§4.3).
     Taught in chapter 13 (memory anatomy) and chapter 21 (activation checkpointing).
     """
-    for name in ("n_layers", "d_model", "n_heads"):
+    for name in ("n_layers", "d_model", "n_heads", "seq_len"):
         if not hasattr(shape, name):
-            raise TypeError(f"shape must have {name} (a labkit.flops.ModelShape or GPTConfig), got {type(shape).__name__}")
-    if recompute not in ("none", "selective", "full"):
-        raise ValueError(f"recompute={recompute!r} is not valid; choose 'none', 'selective' or 'full'")
-    if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
-        raise ValueError(f"micro_batch={micro_batch!r} must be an integer >= 1")
-    if tp < 1 or shape.d_model % tp:
-        raise ValueError(f"tp={tp} must be >= 1 and divide d_model={shape.d_model}")
-    s = seq_len or shape.seq_len
-    b, h, a, L = micro_batch, shape.d_model, shape.n_heads, shape.n_layers
-    ff = getattr(shape, "d_ff", None) or 4 * h
-    t = tp
+            raise checks.ArgumentTypeError(f"shape must have {name} (a labkit.flops.ModelShape or GPTConfig), "
+                                           f"got {type(shape).__name__} {shape!r:.60}")
+    L, h, a = (checks.count(f"shape.{k}", getattr(shape, k)) for k in ("n_layers", "d_model", "n_heads"))
+    checks.one_of("recompute", recompute, ("none", "selective", "full"))
+    b = checks.count("micro_batch", micro_batch)
+    t = checks.count("tp", tp)
+    if h % t:
+        raise ValueError(f"tp={tp} is not valid: it must divide d_model={h}")
+    sequence_parallel = checks.flag("sequence_parallel", sequence_parallel)
+    flash_attention = checks.flag("flash_attention", flash_attention)
+    include_head = checks.flag("include_head", include_head)
+    s = checks.count("shape.seq_len", shape.seq_len) if seq_len is None else checks.count("seq_len", seq_len)
+    dtype_bytes = checks.count("dtype_bytes", dtype_bytes)
+    d_ff = getattr(shape, "d_ff", None)
+    ff = 4 * h if d_ff is None else checks.count("shape.d_ff", d_ff)
     sbh_terms = 18 * h + 4 * ff            # = 34h when ff = 4h (Korthikanti eq. 1)
+    s, b = float(s), float(b)               # float arithmetic: huge sizes overflow to inf, refused below
     if recompute == "full":
         per_layer = 2 * s * b * h / (t if sequence_parallel else 1)
     else:
@@ -237,9 +251,12 @@ def activation_bytes(shape, micro_batch: int, *, recompute: str = "none", tp: in
         per_layer = lin + attn
     total = L * per_layer
     if include_head:
-        v = getattr(shape, "vocab_size", 0)
+        v = getattr(shape, "vocab_size", None)
+        v = 0 if v is None else checks.count("shape.vocab_size", v)
         total += 4 * s * b * h / t + 4 * s * b * v / t
-    return int(round(total * dtype_bytes / 2))
+    total = checks.finite_result("activation bytes", total * dtype_bytes / 2, micro_batch=micro_batch,
+                                 seq_len=seq_len, dtype_bytes=dtype_bytes)
+    return int(round(total))
 
 
 def ddp_bucket_sizes(params, *, bucket_cap_mb: float = 25.0, dtype_bytes: int = 4) -> list[int]:
@@ -252,9 +269,9 @@ def ddp_bucket_sizes(params, *, bucket_cap_mb: float = 25.0, dtype_bytes: int = 
     ``_compute_bucket_assignment_by_size``; https://pytorch.org/docs/stable/notes/ddp.html). One all-reduce
     per bucket per step. Taught in chapter 19 (DDP buckets) and chapter 13.
     """
-    if bucket_cap_mb <= 0:
-        raise ValueError(f"bucket_cap_mb={bucket_cap_mb} must be > 0")
-    items = _numels(params)
+    bucket_cap_mb = checks.positive("bucket_cap_mb", bucket_cap_mb)
+    dtype_bytes = checks.count("dtype_bytes", dtype_bytes)
+    items = _numels(params, "params")
     cap = bucket_cap_mb * 2**20
     sizes, cur = [], 0
     for it in reversed(items):
@@ -278,19 +295,26 @@ def comm_buffer_bytes(n_params, *, strategy: str = "ddp", n_ranks: int = 1, prec
     reduce-scatter (PyTorch FSDP, Zhao et al. 2023, §3.2–3.3). Taught in chapter 13 and chapter 20.
     """
     strat = canonical_strategy(strategy)
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is not valid; choose one of {list(PRECISIONS)}")
-    if bucket_cap_mb <= 0:
-        raise ValueError(f"bucket_cap_mb={bucket_cap_mb} must be > 0")
-    psi = sum(math.prod(i) if isinstance(i, tuple) else i for i in _numels(n_params))
+    checks.one_of("precision", precision, PRECISIONS)
+    checks.count("n_ranks", n_ranks)
+    bucket_cap_mb = checks.positive("bucket_cap_mb", bucket_cap_mb)
+    prefetch = checks.flag("prefetch", prefetch)
+    gradient_as_bucket_view = checks.flag("gradient_as_bucket_view", gradient_as_bucket_view)
+    if unit_params is not None:
+        unit_params = checks.count("unit_params", unit_params)
+    items = _numels(n_params)
+    psi = sum(math.prod(i) if isinstance(i, tuple) else i for i in items)
     pb, gb, _ = PRECISIONS[precision]
     compute_b = 2 if precision in ("bf16_mixed", "bf16_autocast") else 4
     if strat in ("ddp", "fsdp_no_shard", "zero1"):
         grad_total = psi * gb
-        buckets = ddp_bucket_sizes(n_params if not isinstance(n_params, int) else [psi], bucket_cap_mb=bucket_cap_mb,
-                                   dtype_bytes=gb)
-        if isinstance(n_params, int):   # no parameter shapes: assume parameters small against the cap
+        one_count = isinstance(n_params, numbers.Integral)
+        buckets = ddp_bucket_sizes(items, bucket_cap_mb=bucket_cap_mb, dtype_bytes=gb)
+        if one_count:                   # no parameter shapes: assume parameters small against the cap
             cap = bucket_cap_mb * 2**20
+            if grad_total / cap > 1e7:
+                raise ValueError(f"n_params={n_params!r} with bucket_cap_mb={bucket_cap_mb!r} gives "
+                                 f"{grad_total / cap:.3g} DDP buckets: the inputs are beyond any meaningful range")
             buckets = [int(cap)] * int(grad_total // cap) + ([int(grad_total % cap)] if grad_total % cap else [])
         return {"kind": "ddp_buckets", "bytes": 0 if gradient_as_bucket_view else grad_total,
                 "n_buckets": len(buckets), "bucket_bytes": buckets, "bucket_cap_bytes": bucket_cap_mb * 2**20}

@@ -17,6 +17,7 @@ Taught in chapter 5 (step models, the BERT-large case), chapter 1 (tokens/s at a
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from labkit import checks
@@ -35,13 +36,21 @@ def step_time(compute_s: float, comm_s: float, sync_s: float = 0.0, *, overlap: 
     """
     c, m, s = checks.nonneg("compute_s", compute_s), checks.nonneg("comm_s", comm_s), \
         checks.nonneg("sync_s", sync_s)
-    if isinstance(overlap, bool):
-        f = 1.0 if overlap else 0.0
-    else:
-        f = checks.nonneg("overlap", overlap)
-        if f > 1:
-            raise ValueError(f"overlap must be True, False or a fraction in [0, 1], got {overlap!r}")
-    return c + m - f * min(c, m) + s
+    f = _overlap(overlap)
+    return checks.finite_result("step time", c + m - f * min(c, m) + s, compute_s=compute_s, comm_s=comm_s,
+                                sync_s=sync_s)
+
+
+def _overlap(overlap) -> float:
+    """True → 1, False → 0, a number → a fraction in [0, 1] (a NumPy bool counts as a bool)."""
+    import numpy as np
+
+    if isinstance(overlap, bool | np.bool_):
+        return 1.0 if overlap else 0.0
+    if isinstance(overlap, str) or not isinstance(overlap, numbers.Real):
+        raise checks.ArgumentTypeError(f"overlap must be True, False or a fraction in [0, 1], got "
+                                       f"{type(overlap).__name__} {overlap!r}")
+    return checks.fraction("overlap", overlap)
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,10 @@ class StepParts:
     compute_s: float
     comm_s: float
     sync_s: float = 0.0
+
+    def __post_init__(self):
+        for name in ("compute_s", "comm_s", "sync_s"):
+            object.__setattr__(self, name, checks.nonneg(name, getattr(self, name)))
 
     def step(self, overlap: bool | float = True) -> float:
         return step_time(self.compute_s, self.comm_s, self.sync_s, overlap=overlap)
@@ -74,8 +87,8 @@ def decompose(t1_s: float, n: int, serial_step_s: float, overlapped_step_s: floa
         raise ValueError(f"overlapped_step_s ({to}) cannot exceed serial_step_s ({ts})")
     hidden = ts - to                      # = min(compute, comm)
     if hidden > compute + 1e-12:
-        raise ValueError(f"serial − overlapped = {hidden:.4g} s exceeds compute t1/N = {compute:.4g} s; "
-                         "overlap can hide at most the compute time")
+        raise ValueError(f"serial_step_s − overlapped_step_s = {hidden:.4g} s exceeds the compute t1_s/n = "
+                         f"{compute:.4g} s; overlap can hide at most the compute time")
     comm = hidden
     sync = to - max(compute, comm)
     if sync < -1e-12:
@@ -87,8 +100,10 @@ def compute_time(tokens: float, *, flops_per_token: float, peak_flops: float, n_
                  mfu: float) -> float:
     """Seconds of compute for ``tokens`` (global) at an achieved fraction ``mfu`` of the per-device peak:
     tokens × FLOPs-per-token / (MFU × peak × devices). Taught in chapter 5 and chapter 1."""
-    return checks.positive("tokens", tokens) / tokens_per_s_at(mfu=mfu, peak_flops=peak_flops,
-                                                               n_devices=n_devices, flops_per_token=flops_per_token)
+    t = checks.positive("tokens", tokens) / tokens_per_s_at(mfu=mfu, peak_flops=peak_flops,
+                                                            n_devices=n_devices, flops_per_token=flops_per_token)
+    return checks.finite_result("compute seconds", t, tokens=tokens, mfu=mfu, peak_flops=peak_flops,
+                                flops_per_token=flops_per_token)
 
 
 def tokens_per_s_at(*, mfu: float, peak_flops: float, n_devices: int, flops_per_token: float) -> float:
@@ -99,8 +114,8 @@ def tokens_per_s_at(*, mfu: float, peak_flops: float, n_devices: int, flops_per_
     """
     from labkit.mfu import tokens_per_s_for_mfu
 
-    m = checks.positive("mfu", mfu)
-    if m > 1:
+    m = checks.number("mfu", mfu)
+    if not 0 < m <= 1:
         raise ValueError(f"mfu must be a fraction in (0, 1], got {mfu!r} (give 0.4 for 40%)")
     return tokens_per_s_for_mfu(m, flops_per_token=checks.positive("flops_per_token", flops_per_token),
                                 n_devices=checks.count("n_devices", n_devices),
@@ -118,14 +133,32 @@ def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta) -> 
     each (FSDP1 NO_SHARD: one all-reduce per unit). ``alpha_beta``: an object with ``alpha_s`` and
     ``beta_s_per_byte`` (:class:`labkit.comm.AlphaBeta`). Taught in chapter 19 and chapter 20.
     """
+    nranks = checks.count("nranks", nranks)
+    n_units = checks.count("n_units", n_units)
+    missing = [k for k in ("parallel", "mp_policy", "bucket_cap_mb", "reshard_after_forward",
+                           "sharding_strategy", "accum") if not hasattr(cfg, k)]
+    if missing:
+        raise checks.ArgumentTypeError(f"cfg must be a labkit.train.TrainConfig, got {type(cfg).__name__} "
+                                       f"{cfg!r:.60} (no {', '.join(missing)})")
+    checks.one_of("cfg.parallel", cfg.parallel, ("single", "ddp", "fsdp", "fsdp1"))
+    accum = checks.count("cfg.accum", cfg.accum)
+    if hasattr(params, "parameters"):
+        n_params = sum(p.numel() for p in dict.fromkeys(params.parameters()))
+    else:
+        n_params = checks.count("params", params, at_least=0)
+    if alpha_beta is not None and not (hasattr(alpha_beta, "alpha_s") and hasattr(alpha_beta, "beta_s_per_byte")):
+        raise checks.ArgumentTypeError(f"alpha_beta must have alpha_s and beta_s_per_byte (a labkit.comm.AlphaBeta) "
+                                       f"or be None, got {type(alpha_beta).__name__} {alpha_beta!r:.60}")
     if nranks < 2 or alpha_beta is None:
         return 0.0
-    n_params = params if isinstance(params, int) else sum(p.numel() for p in dict.fromkeys(params.parameters()))
-    a, b = alpha_beta.alpha_s, alpha_beta.beta_s_per_byte
+    a = checks.nonneg("alpha_beta.alpha_s", alpha_beta.alpha_s)
+    b = checks.nonneg("alpha_beta.beta_s_per_byte", alpha_beta.beta_s_per_byte)
     parallel, low = cfg.parallel, cfg.mp_policy == "bf16"
     if parallel == "ddp":
-        bufs = comm_buffer_bytes(params, strategy="ddp", precision="fp32", bucket_cap_mb=cfg.bucket_cap_mb)
-        return sum(ring_time("all_reduce", s, nranks, alpha=a, beta=b) for s in bufs["bucket_bytes"])
+        exact = params if hasattr(params, "parameters") else n_params   # a module gives the exact buckets
+        bufs = comm_buffer_bytes(exact, strategy="ddp", precision="fp32", bucket_cap_mb=cfg.bucket_cap_mb)
+        t = sum(ring_time("all_reduce", s, nranks, alpha=a, beta=b) for s in bufs["bucket_bytes"])
+        return checks.finite_result("communication seconds", t, params=params, alpha_beta=alpha_beta)
     if parallel == "single":
         return 0.0
     reshard = cfg.reshard_after_forward
@@ -136,4 +169,5 @@ def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta) -> 
     pbytes = n_params * (2 if low else 4)
     ag = ring_time("all_gather", pbytes / n_units, nranks, alpha=a, beta=b) * n_units
     rs = ring_time("reduce_scatter", n_params * 4 / n_units, nranks, alpha=a, beta=b) * n_units
-    return cfg.accum * ag * (2 if reshard else 1) + rs
+    t = accum * ag * (2 if reshard else 1) + rs
+    return checks.finite_result("communication seconds", t, params=params, alpha_beta=alpha_beta)
