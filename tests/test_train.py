@@ -110,6 +110,8 @@ def test_bad_configs():
         TrainConfig(mp_policy="bf16")
     with pytest.raises(ValueError, match="model='huge'"):
         TrainConfig(model="huge")
+    with pytest.raises(ValueError, match="TrainConfig.checkpoint must be True or False"):
+        TrainConfig(checkpoint=1)
     with pytest.raises(ValueError, match="nprocs=2 with parallel='single'"):
         run(BASE, 2)
     with pytest.raises(ValueError, match="needs torch.distributed"):

@@ -102,6 +102,8 @@ class TrainConfig:
             bad("attention", f"choose one of {ATTENTIONS}")
         if self.inject not in INJECTIONS:
             bad("inject", f"choose one of {INJECTIONS}")
+        for name in ("reshard_after_forward", "limit_all_gathers", "forward_prefetch", "checkpoint", "compile"):
+            checks.flag(f"TrainConfig.{name}", getattr(self, name))
         checks.count("TrainConfig.prefetch", self.prefetch, at_least=0)
         checks.count("TrainConfig.num_workers", self.num_workers, at_least=0)
         checks.positive("TrainConfig.bucket_cap_mb", self.bucket_cap_mb)
