@@ -38,28 +38,42 @@ def register(subparsers) -> None:
 
 
 def read_samples(path) -> list[float]:
-    """Numbers from a JSON list, a RunRecord JSON (extra.step_times) or a text file (one per line)."""
-    from labkit.record import RunRecord
+    """Numbers from a JSON list, a RunRecord JSON (extra.step_times) or a text file (one per line):
+    finite and positive; an error names the file and the bad entry. Taught in chapter 28."""
+    from labkit.checks import ArgumentTypeError
+    from labkit.record import RunRecord, _values
     from labkit.regress import record_samples
 
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--samples file {p} does not exist")
-    text = p.read_text()
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
+        text = p.read_text()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--samples file {p} is not text ({e.reason})") from None
+    try:
         try:
-            return [float(x) for x in text.split()]
-        except ValueError as e:
-            raise ValueError(f"--samples file {p} is neither JSON nor one number per line ({e})") from e
-    if isinstance(doc, list):
-        return [float(x) for x in doc]
-    if isinstance(doc, dict):
-        if "samples" in doc:
-            return [float(x) for x in doc["samples"]]
-        return record_samples(RunRecord.from_dict(doc))
-    raise ValueError(f"--samples file {p}: expected a list of numbers or a run record")
+            doc = json.loads(text)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply to be a list of numbers") from None
+        except json.JSONDecodeError:
+            words = text.split()
+            for i, w in enumerate(words):
+                try:
+                    float(w)
+                except ValueError:
+                    raise ValueError(f"line entry {i} {w[:40]!r} is not a number (the file is neither JSON nor "
+                                     "one number per line)") from None
+            doc = [float(w) for w in words]
+        if isinstance(doc, dict):
+            doc = doc["samples"] if "samples" in doc else record_samples(RunRecord.from_dict(doc))
+        if not isinstance(doc, list):
+            raise ArgumentTypeError(f"expected a list of numbers or a run record, got {type(doc).__name__}")
+        return _values("samples", doc, low_open=True).tolist()
+    except ArgumentTypeError as e:
+        raise ArgumentTypeError(f"--samples file {p}: {e}") from None
+    except ValueError as e:
+        raise ValueError(f"--samples file {p}: {e}") from None
 
 
 def _store(args):
