@@ -14,8 +14,12 @@ candidate sample (e.g. step times, or tokens/s) and decides with two guards:
 ``confidence`` is the bootstrap probability that the change is on the reported side of the practical
 threshold (for "unchanged": the probability that it lies within it).
 
-:class:`BaselineStore` keeps named baselines as JSON files (atomic writes; never overwrites unless
-``overwrite=True``), so a CI job can ``save`` once and ``check`` every run.
+:class:`BaselineStore` keeps named baselines as JSON files, so a CI job can ``save`` once and
+``check`` every run. A save never replaces a baseline unless ``overwrite=True``, and that holds under
+concurrency: the file is written whole and then linked into place create-exclusive
+(:func:`labkit.record.atomic_write_text`), so of two saves racing for one name exactly one succeeds and
+the other gets FileExistsError — nothing is silently lost. The direction (``higher_is_better``) must be
+a real bool, in arguments and in baseline files: ``"false"`` is refused, not read as true.
 
 Taught in chapter 28 (performance regression testing).
 """
@@ -30,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from labkit import checks
-from labkit.record import RunRecord, atomic_write_text
+from labkit.record import RunRecord, _num, _path, _show, _values, atomic_write_text
 
 VERDICTS = ("faster", "slower", "unchanged")
 
@@ -70,15 +74,26 @@ class Verdict:
         return asdict(self)
 
 
-def _sample(name, values) -> np.ndarray:
+def _sample(name, values, min_size: int = 3) -> np.ndarray:
+    """Repeated measurements: finite positive numbers (times or rates), at least ``min_size``."""
     try:
-        v = np.asarray(list(values), dtype=float)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"{name} must be a sequence of numbers, got {type(values).__name__}") from e
-    if v.ndim != 1 or v.size < 3:
-        raise ValueError(f"{name} needs at least 3 repeated measurements, got {v.size}")
-    if not np.all(np.isfinite(v)) or np.any(v <= 0):
-        raise ValueError(f"{name} must hold finite positive values (times or rates), got min {v.min()}")
+        v = _values(name, values, low_open=True, min_size=0)
+    except checks.ArgumentTypeError:
+        raise
+    except ValueError as e:
+        raise ValueError(f"{e} (measurements are times or rates: finite and positive)") from None
+    if v.size < min_size:
+        raise ValueError(f"{name} needs at least {min_size} repeated measurements, got {v.size}")
+    return v
+
+
+def _reals(name, values) -> np.ndarray:
+    if values is None or isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise checks.ArgumentTypeError(f"{name} must be a sequence of numbers, got {type(values).__name__} "
+                                       f"{_show(values)}")
+    v = np.array([_num(f"{name}[{i}]", x) for i, x in enumerate(values)], dtype=float)
+    if v.size == 0:
+        raise ValueError(f"{name} needs at least one value, got an empty sequence")
     return v
 
 
@@ -89,9 +104,11 @@ def _spread(v: np.ndarray) -> float:
 def mann_whitney_p(a, b) -> float:
     """Two-sided p-value of the Mann–Whitney U test (normal approximation, tie-corrected).
 
+    ``a``, ``b``: at least one finite number each (ValueError/ArgumentTypeError naming ``a[i]``/``b[i]``).
+
     Taught in chapter 28.
     """
-    a, b = np.asarray(a, float), np.asarray(b, float)
+    a, b = _reals("a", a), _reals("b", b)
     n1, n2 = a.size, b.size
     allv = np.concatenate([a, b])
     order = np.argsort(allv, kind="mergesort")
@@ -116,24 +133,41 @@ def compare(baseline, candidate, *, higher_is_better: bool = True, min_effect: f
             ci_level: float = 0.95, n_boot: int = 4000, seed: int = 0) -> Verdict:
     """Compare repeated measurements of a candidate against a baseline (see the module docstring).
 
+    ``baseline``, ``candidate``: at least 3 finite positive numbers each (times or rates).
     ``higher_is_better``: True for rates such as tokens/s (the default, as in the API contract);
-    pass False for times (step seconds).
-    ``min_effect``: the smallest relative change worth calling (practical threshold).
+    pass False for times (step seconds) — a bool, never a string.
+    ``min_effect``: the smallest relative change worth calling (practical threshold), in (0, 1).
+    ``ci_level`` in (0.5, 1); ``n_boot``: bootstrap resamples, 200 … 10^6; ``seed``: an int >= 0.
+    Raises ValueError (ArgumentTypeError, also a TypeError, for a wrong type) naming the parameter.
 
     Taught in chapter 28.
     """
     a = _sample("baseline", baseline)
     b = _sample("candidate", candidate)
-    if not 0 < checks.number("min_effect", min_effect) < 1:
-        raise ValueError(f"min_effect={min_effect!r} must be a fraction in (0, 1), e.g. 0.03 for 3 %")
-    checks.number("ci_level", ci_level, low=0.5, high=1, low_open=True, high_open=True)
-    checks.count("n_boot", n_boot, at_least=200)
+    higher_is_better = checks.flag("higher_is_better", higher_is_better)
+    min_effect = _num("min_effect", min_effect, low=0, high=1, low_open=True, high_open=True)
+    ci_level = _num("ci_level", ci_level, low=0.5, high=1, low_open=True, high_open=True)
+    n_boot = checks.count("n_boot", n_boot, at_least=200, at_most=1_000_000)
+    seed = checks.count("seed", seed, at_least=0)
+    unit = max(a.max(), b.max())
+    unit = unit if unit > 1e300 else 1.0            # the ratio is scale-free: keep medians from overflowing
+    a, b = a / unit, b / unit
     rng = np.random.default_rng(seed)
-    ma = np.median(a[rng.integers(0, a.size, (n_boot, a.size))], axis=1)
-    mb = np.median(b[rng.integers(0, b.size, (n_boot, b.size))], axis=1)
-    boot = mb / ma - 1.0
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        ma = _boot_medians(a, rng, n_boot)
+        mb = _boot_medians(b, rng, n_boot)
+        boot = mb / ma - 1.0
+        change = float(np.median(b) / np.median(a) - 1.0)
+        spreads = (_spread(a), _spread(b))
+    for name, sp in zip(("baseline", "candidate"), spreads, strict=True):
+        if not math.isfinite(sp):
+            raise ValueError(f"{name} values span more than a float can represent relative to their median "
+                             "((p90 − p10) / median overflows); check the unit of every sample")
+    if not (np.all(np.isfinite(boot)) and math.isfinite(change)):
+        raise ValueError(f"baseline (median {float(np.median(a)) * unit:.3g}) and candidate (median "
+                         f"{float(np.median(b)) * unit:.3g}) are too far apart for a float ratio; compare samples "
+                         "in the same unit")
     lo, hi = np.percentile(boot, [(1 - ci_level) / 2 * 100, (1 + ci_level) / 2 * 100])
-    change = float(np.median(b) / np.median(a) - 1.0)
     up = float(np.mean(boot > min_effect))
     down = float(np.mean(boot < -min_effect))
     inside = 1.0 - up - down
@@ -151,9 +185,17 @@ def compare(baseline, candidate, *, higher_is_better: bool = True, min_effect: f
         verdict = "slower"
     return Verdict(verdict=verdict, confidence=conf, change=change, ci=(float(lo), float(hi)),
                    ci_level=ci_level, min_effect=min_effect, p_value=mann_whitney_p(a, b),
-                   baseline_median=float(np.median(a)), candidate_median=float(np.median(b)),
-                   baseline_spread=_spread(a), candidate_spread=_spread(b), n_baseline=a.size,
+                   baseline_median=float(np.median(a)) * unit, candidate_median=float(np.median(b)) * unit,
+                   baseline_spread=spreads[0], candidate_spread=spreads[1], n_baseline=a.size,
                    n_candidate=b.size, higher_is_better=higher_is_better)
+
+
+def _boot_medians(v: np.ndarray, rng, n_boot: int) -> np.ndarray:
+    """Medians of ``n_boot`` resamples of ``v``, drawn in chunks of at most ~4 M indices (bounded memory;
+    the same random stream as one draw)."""
+    rows = max(1, 4_000_000 // v.size)
+    return np.concatenate([np.median(v[rng.integers(0, v.size, (min(rows, n_boot - i), v.size))], axis=1)
+                           for i in range(0, n_boot, rows)])
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -163,30 +205,45 @@ class BaselineStore:
     """Named baselines in a folder, one JSON file each: ``{"samples": [...], "metric": ...,
     "higher_is_better": ..., "record": {...} | None}``.
 
-    Writes are atomic (temp file + rename) and ``save`` refuses to replace an existing baseline
-    unless ``overwrite=True``.
+    ``save`` writes the whole file first and links it into place create-exclusive: it never replaces
+    an existing baseline unless ``overwrite=True``, even when several processes save the same name at
+    once (exactly one succeeds; the others get FileExistsError). ``load`` checks the file: samples
+    finite and positive, ``higher_is_better`` a JSON ``true``/``false`` (a string such as ``"false"`` is
+    refused, it would flip every verdict), a valid record; errors name the file and the field.
 
     Taught in chapter 28.
     """
 
     def __init__(self, path):
-        self.path = Path(path)
+        self.path = _path("path", path)
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"BaselineStore path {self.path} exists and is not a folder")
 
     def _file(self, name: str) -> Path:
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise ValueError(f"baseline name {name!r} is not valid; use letters, digits, '_', '-', '.' "
+        if not isinstance(name, str):
+            raise checks.ArgumentTypeError(f"name must be a string, got {type(name).__name__} {_show(name)}")
+        if not _NAME.match(name):
+            raise ValueError(f"baseline name={name!r} is not valid; use letters, digits, '_', '-', '.' "
                              "(start with a letter or digit, ≤ 100 characters)")
         return self.path / f"{name}.json"
 
     def names(self) -> list[str]:
+        """The stored baselines' names, sorted."""
         return sorted(p.stem for p in self.path.glob("*.json")) if self.path.is_dir() else []
 
     def save(self, name: str, samples=None, *, record: RunRecord | None = None, metric: str = "step_time_s",
              higher_is_better: bool = False, overwrite: bool = False) -> Path:
-        """Store ``samples`` (or the per-step times of ``record``) under ``name``."""
+        """Store ``samples`` (or the per-step times of ``record``) under ``name``; FileExistsError when
+        ``name`` exists (also when another process saved it a moment ago) unless ``overwrite=True``."""
         f = self._file(name)
+        higher_is_better = checks.flag("higher_is_better", higher_is_better)
+        overwrite = checks.flag("overwrite", overwrite)
+        if not isinstance(metric, str) or not metric:
+            raise checks.ArgumentTypeError(f"metric must be a non-empty string, got {type(metric).__name__} "
+                                           f"{_show(metric)}")
+        if record is not None and not isinstance(record, RunRecord):
+            raise checks.ArgumentTypeError(f"record must be a labkit.record.RunRecord or None, got "
+                                           f"{type(record).__name__}")
         if f.exists() and not overwrite:
             raise FileExistsError(f"baseline {name!r} already exists at {f}; pass overwrite=True to replace it")
         if samples is None:
@@ -194,39 +251,63 @@ class BaselineStore:
                 raise ValueError("save needs samples or record= (a RunRecord with per-step times)")
             samples = record_samples(record)
         v = _sample("samples", samples)
-        self.path.mkdir(parents=True, exist_ok=True)
-        doc = {"name": name, "metric": metric, "higher_is_better": bool(higher_is_better),
+        doc = {"name": name, "metric": metric, "higher_is_better": higher_is_better,
                "samples": v.tolist(), "record": record.to_dict() if record is not None else None}
-        atomic_write_text(f, json.dumps(doc, indent=1, default=str))
+        text = json.dumps(doc, indent=1, default=str)
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            atomic_write_text(f, text, exclusive=not overwrite)
+        except FileExistsError:
+            raise FileExistsError(f"baseline {name!r} already exists at {f} (another save got there first); "
+                                  "pass overwrite=True to replace it") from None
         return f
 
     def load(self, name: str) -> dict:
-        """The stored baseline (dict with ``samples``, ``metric``, ``higher_is_better``, ``record``)."""
+        """The stored baseline (dict with ``samples``, ``metric``, ``higher_is_better``, ``record``),
+        checked (see the class docstring)."""
         f = self._file(name)
         if not f.exists():
             raise FileNotFoundError(f"no baseline {name!r} in {self.path}; have: {self.names()}")
-        try:
-            doc = json.loads(f.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"baseline file {f} is corrupt (JSON error line {e.lineno}: {e.msg})") from e
+        try:        # ValueError: invalid JSON or UTF-8, an int of > 4300 digits; RecursionError: absurd nesting
+            doc = json.loads(f.read_bytes())
+        except (ValueError, RecursionError) as e:
+            raise ValueError(f"baseline file {f} is corrupt (JSON error: {str(e)[:120]})") from None
         if not isinstance(doc, dict) or "samples" not in doc:
             raise ValueError(f"baseline file {f} has no 'samples'")
+        try:
+            doc["samples"] = _sample("samples", doc["samples"]).tolist()
+            doc["higher_is_better"] = checks.flag("higher_is_better", doc.get("higher_is_better", False))
+            if not isinstance(doc.get("metric", ""), str):
+                raise checks.ArgumentTypeError(f"metric must be a string, got {_show(doc['metric'])}")
+            if doc.get("record") is not None:
+                RunRecord.from_dict(doc["record"])
+        except checks.ArgumentTypeError as e:
+            raise checks.ArgumentTypeError(f"baseline file {f}: {e}") from None
+        except ValueError as e:
+            raise ValueError(f"baseline file {f}: {e}") from None
         return doc
 
-    def check(self, name: str, candidate, **kw) -> Verdict:
-        """Compare ``candidate`` samples against the stored baseline ``name``."""
+    def check(self, name: str, candidate, *, higher_is_better: bool | None = None, min_effect: float = 0.03,
+              ci_level: float = 0.95, n_boot: int = 4000, seed: int = 0) -> Verdict:
+        """Compare ``candidate`` samples against the stored baseline ``name`` (:func:`compare`);
+        ``higher_is_better=None`` uses the baseline's own direction."""
+        if higher_is_better is not None:
+            checks.flag("higher_is_better", higher_is_better)
         doc = self.load(name)
-        kw.setdefault("higher_is_better", doc.get("higher_is_better", False))
-        return compare(doc["samples"], candidate, **kw)
+        hib = doc["higher_is_better"] if higher_is_better is None else higher_is_better
+        return compare(doc["samples"], candidate, higher_is_better=hib, min_effect=min_effect,
+                       ci_level=ci_level, n_boot=n_boot, seed=seed)
 
 
 def record_samples(record: RunRecord) -> list[float]:
-    """Per-step times of a record: ``extra["step_times"]`` when the producer kept them.
+    """Per-step times of a record: ``extra["step_times"]`` when the producer kept them (finite, > 0).
 
     Taught in chapter 28.
     """
+    if not isinstance(record, RunRecord):
+        raise checks.ArgumentTypeError(f"record must be a labkit.record.RunRecord, got {type(record).__name__}")
     st = (record.extra or {}).get("step_times")
-    if st:
-        return [float(x) for x in st]
-    raise ValueError(f"record {record.label!r} has no per-step times (extra['step_times']); "
-                     "pass the samples explicitly")
+    if st is None or (hasattr(st, "__len__") and len(st) == 0):
+        raise ValueError(f"record {record.label!r} has no per-step times (extra['step_times']); "
+                         "pass the samples explicitly")
+    return _values("record.extra['step_times']", st, low_open=True).tolist()

@@ -240,3 +240,48 @@ def test_jitter_does_not_take_a_waits_precedence(tmp_path, monkeypatch):
     comm = next(f for f in d.findings if f.family == "communication")
     assert "jitter" in sched.title and sched.score > comm.score >= 0.10
     assert d.primary == "communication", d.report()
+
+
+# ---------------------------------------------------------------- the record is validated; the rules rely on it
+def test_impossible_figures_never_reach_a_verdict(tmp_path, capsys):
+    """The issue's records: MFU -0.5 ("≈267 % at stake"), MFU 5.0/NaN/inf ("no clear bottleneck"), a
+    communication share of 1.5 ("≈150 %"): refused when built, when loaded, and when edited in place."""
+    for field, bad in (("mfu", -0.5), ("mfu", 5.0), ("mfu", float("nan")), ("mfu", float("inf")),
+                       ("comm_wait_share", 1.5), ("data_wait_share", -0.1)):
+        with pytest.raises(ValueError, match=field):
+            _rec(**{field: bad})
+        doc = _rec().to_dict()
+        doc[field] = bad
+        (tmp_path / "bad.json").write_text(json.dumps(doc))
+        assert cli_main(["diagnose", "--record", str(tmp_path / "bad.json")]) == 2
+        err = capsys.readouterr().err
+        assert "bad.json" in err and field in err, err
+    rec = _rec()
+    rec.phases["data"] = {"median": -1.0, "p10": -1.0, "p90": -1.0, "n": 2}      # edited in place
+    with pytest.raises(ValueError, match=r"phases\['data'\]\.median=-1\.0"):
+        diagnose(rec)
+    for key, bad in (("micro_batch", "8"), ("seq_len", 0), ("memory_budget_bytes", -5), ("checkpoint", "false")):
+        with pytest.raises(ValueError, match=rf"record\.config\['{key}'\]"):
+            diagnose(_rec(config={key: bad}))
+    with pytest.raises(TypeError, match="thresholds must be"):
+        diagnose(_rec(), thresholds={"mfu_low": 0.3})
+
+
+def test_every_valid_extreme_keeps_the_stake_within_the_step():
+    import itertools
+    import re
+
+    for mfu, comm, data in itertools.product((0.0, 1e-9, 0.05, 0.5, 1.0), (None, 0.0, 0.5, 1.0), (None, 0.0, 0.3)):
+        if (comm or 0) + (data or 0) > 1:
+            continue
+        d = diagnose(_rec(mfu=mfu, hfu=mfu, comm_wait_share=comm, data_wait_share=data))
+        for f in d.findings:
+            assert 0.0 <= f.score <= 1.0, (mfu, comm, data, f)
+        for pct in re.findall(r"≈(\d+)%", d.verdict):
+            assert 0 <= int(pct) <= 100, d.verdict
+        assert "nan" not in d.verdict and "inf" not in d.verdict
+        assert 0 <= d.figures.get("busy_time_mfu", 0) <= 1
+    # a hand-edited record (MFU above HFU, recomputation on) loads, and gives no negative recompute cost
+    d = diagnose(_rec(mfu=0.2, hfu=0.1, config={"checkpoint": True}))
+    assert all(0 <= f.score <= 1 for f in d.findings)
+    assert all(v >= 0 for f in d.findings for v in f.evidence.values() if isinstance(v, float))

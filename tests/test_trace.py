@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import numpy as np
 import pytest
@@ -299,3 +300,128 @@ def test_three_collectives_on_two_ranks_cannot_convict_a_straggler(tmp_path):
     s_few, s_many = analyze(few).stragglers.set_index("rank"), analyze(many).stragglers.set_index("rank")
     assert int(s_few.loc[1, "times_last"]) == 3 and not s_few["straggler"].any()
     assert int(s_many.loc[1, "times_last"]) == 5 and list(s_many.index[s_many["straggler"]]) == [1]
+
+
+# ---------------------------------------------------------------- garbage in: refused, naming file and event
+def _one_rank(tmp_path, name="t.json", **edits):
+    doc = gpu_trace(SyntheticSpec(world_size=1, steps=2), 0)
+    for cat, (key, val) in edits.items():
+        i = next(k for k, e in enumerate(doc["traceEvents"]) if e.get("cat") == cat)
+        if key.startswith("args."):
+            doc["traceEvents"][i]["args"][key[5:]] = val
+        else:
+            doc["traceEvents"][i][key] = val
+    f = tmp_path / name
+    f.write_text(json.dumps(doc))
+    return f, i
+
+
+def test_non_finite_times_are_refused_naming_file_and_event(tmp_path, capsys):
+    f, i = _one_rank(tmp_path, kernel=("dur", float("inf")))          # JSON "Infinity"
+    assert "Infinity" in f.read_text()
+    with pytest.raises(ValueError, match=rf"t\.json: event {i} \('sm90.*'dur'=inf is not valid"):
+        analyze(f)
+    assert cli_main(["trace", "analyze", str(f)]) == 2                   # was: "inf s, nan %", exit 0
+    assert "'dur'=inf" in capsys.readouterr().err
+    for key, val, match in (("ts", float("nan"), "'ts'=nan"), ("ts", 10**400, "'ts'=<int of"),
+                            ("dur", -1.0, "'dur'=-1.0"), ("ts", None, "'ts'=None is non-numeric"),
+                            ("dur", "5", "'dur'='5' is non-numeric")):
+        f, i = _one_rank(tmp_path, kernel=(key, val))
+        with pytest.raises(ValueError, match=rf"t\.json: event {i} .*{re.escape(match)}"):
+            analyze(f)
+
+
+def test_bad_stream_correlation_and_field_types_are_refused(tmp_path):
+    cases = {"kernel": [("args.stream", "7"), ("args.stream", None), ("args.correlation", 1.5),
+                        ("args.correlation", True), ("args", [1]), ("name", 5), ("cat", ["kernel"]),
+                        ("pid", [0])],
+             "cuda_runtime": [("args.correlation", None), ("args.correlation", "12")]}
+    for cat, edits in cases.items():
+        for key, val in edits:
+            f, i = _one_rank(tmp_path, **{cat: (key, val)})
+            field = key.split(".")[-1] if key != "pid" else "pid"
+            with pytest.raises(ValueError, match=rf"t\.json: event {i}.*{field}") as e:
+                analyze(f)
+            assert "int" in str(e.value) or "string" in str(e.value) or "object" in str(e.value), str(e.value)
+    doc = gpu_trace(SyntheticSpec(world_size=1, steps=2), 0)
+    for info, match in (([1], "'distributedInfo' must be an object"), ({"rank": "0"}, "distributedInfo.rank='0'"),
+                        ({"rank": 3, "world_size": 2}, "rank=3 is not valid for world_size=2"),
+                        ({"world_size": 0}, "world_size=0")):
+        doc["distributedInfo"] = info
+        (tmp_path / "d.json").write_text(json.dumps(doc))
+        with pytest.raises(ValueError, match=re.escape(match)):
+            analyze(tmp_path / "d.json")
+    doc = gpu_trace(SyntheticSpec(world_size=1, steps=2), 0)
+    step = next(e for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+    step["name"] = "ProfilerStep#abc"
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"s\.json: a ProfilerStep range is named 'ProfilerStep#abc'"):
+        analyze(tmp_path / "s.json")
+    (tmp_path / "e.json").write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 1}, 7]}))
+    with pytest.raises(ValueError, match=r"e\.json: event 1 is int, not an object"):
+        analyze(tmp_path / "e.json")
+
+
+def test_empty_path_and_bad_steps_are_refused(tmp_path, monkeypatch, capsys):
+    write_traces(SyntheticSpec(world_size=1, steps=2), tmp_path)
+    monkeypatch.chdir(tmp_path)                  # "" would have analysed this folder
+    with pytest.raises(ValueError, match="path='' is not valid"):
+        analyze("")
+    assert cli_main(["trace", "analyze", ""]) == 2
+    assert "path=''" in capsys.readouterr().err
+    with pytest.raises(TypeError, match="path must be a trace file or folder"):
+        analyze(None)
+    with pytest.raises(ValueError, match=r"steps\[0\] must be an int"):
+        analyze(tmp_path, steps=["1"])
+    with pytest.raises(ValueError, match=r"steps\[1\]=-2"):
+        analyze(tmp_path, steps=[1, -2])
+    with pytest.raises(TypeError, match="steps=3 must be None or an iterable"):
+        analyze(tmp_path, steps=3)
+    with pytest.raises(ValueError, match="allow_mixed must be True or False"):
+        analyze(tmp_path, allow_mixed="no")
+
+
+def test_folder_mixing_two_runs_is_refused_unless_asked(tmp_path, capsys):
+    import shutil
+
+    from labkit import paths
+
+    # different world sizes
+    a = tmp_path / "sizes"
+    write_traces(SyntheticSpec(world_size=2, steps=2), a / "x")
+    write_traces(SyntheticSpec(world_size=4, steps=2), a / "y")
+    shutil.move(a / "x" / "rank0.SYNTHETIC.pt.trace.json.gz", a / "run1_rank0.json.gz")
+    shutil.move(a / "y" / "rank1.SYNTHETIC.pt.trace.json.gz", a / "run2_rank1.json.gz")
+    with pytest.raises(ValueError, match=r"world_size differ — 2: run1_rank0.json.gz; 4: run2_rank1.json.gz"):
+        analyze(a)
+    assert analyze(a, allow_mixed=True).ranks == [0, 1]
+    assert cli_main(["trace", "analyze", str(a)]) == 2 and "--allow-mixed" in capsys.readouterr().err
+    assert cli_main(["trace", "analyze", str(a), "--allow-mixed"]) == 0
+    # same world size, different SYNTHETIC specs (another run of the generator)
+    b = tmp_path / "specs"
+    write_traces(SyntheticSpec(world_size=2, steps=2, seed=0), b / "x")
+    write_traces(SyntheticSpec(world_size=2, steps=2, seed=1), b / "y")
+    shutil.move(b / "x" / "rank0.SYNTHETIC.pt.trace.json.gz", b / "rank0.json.gz")
+    shutil.move(b / "y" / "rank1.SYNTHETIC.pt.trace.json.gz", b / "rank1.json.gz")
+    with pytest.raises(ValueError, match="SYNTHETIC specs differ"):
+        analyze(b)
+    # real recorded traces: the same run, then rank 1 taken from a run a day later (baseTimeNanoseconds)
+    c = tmp_path / "times"
+    c.mkdir()
+    src = paths.dataset("traces", "cpu_gloo_ddp_tiny")
+    for r in (0, 1):
+        doc = json.loads(gzip.open(src / f"rank{r}.pt.trace.json.gz").read())
+        if r == 1:
+            doc["baseTimeNanoseconds"] += 86_400 * 10**9
+        (c / f"rank{r}.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"rank1\.json starts 86,400\.0 s after rank0\.json"):
+        analyze(c)
+    assert analyze(c, allow_mixed=True).ranks == [0, 1]
+    assert analyze(src).ranks == [0, 1]                    # the shipped run itself is one run
+    # duplicate ranks stay an error even when mixing is allowed (the analysis is per rank)
+    d = tmp_path / "dup"
+    for name in ("a", "b"):
+        write_traces(SyntheticSpec(world_size=1, steps=2), d / name)
+        shutil.move(d / name / "rank0.SYNTHETIC.pt.trace.json.gz", d / f"{name}.json.gz")
+    with pytest.raises(ValueError, match="both claim rank 0"):
+        analyze(d, allow_mixed=True)

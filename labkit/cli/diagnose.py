@@ -70,7 +70,11 @@ def _run(args) -> int:
             if trace_path is None and record.extra.get("trace_files"):
                 from pathlib import Path
 
-                parents = {str(Path(f).parent) for f in record.extra["trace_files"]}
+                files = record.extra["trace_files"]
+                if not isinstance(files, list) or not all(isinstance(f, str) and f for f in files):
+                    raise ValueError(f"run record {args.record}: extra['trace_files'] must be a list of paths, "
+                                     f"got {str(files)[:80]}; pass --trace instead")
+                parents = {str(Path(f).parent) for f in files}
                 trace_path = parents.pop() if len(parents) == 1 else None
     elif args.trace and not args.inject:
         record = RunRecord(label="trace-only")

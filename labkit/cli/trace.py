@@ -22,6 +22,8 @@ def register(subparsers) -> None:
     a.add_argument("path", help="a trace file or a folder of per-rank trace files")
     a.add_argument("--steps", type=int, nargs="+", help="ProfilerStep numbers to keep (default: all)")
     a.add_argument("--json", action="store_true", help="print JSON instead of the text summary")
+    a.add_argument("--allow-mixed", action="store_true",
+                   help="analyse a folder whose files look like different runs (refused by default)")
     a.set_defaults(func=_analyze)
     h = sub.add_parser("hta", help="temporal breakdown and comm/compute overlap in HTA 0.5.0's definitions")
     h.add_argument("path")
@@ -45,7 +47,7 @@ def _analyze(args) -> int:
     from labkit.trace.analysis import analyze
 
     with naming(args.path, "trace"):
-        res = analyze(args.path, steps=args.steps)
+        res = analyze(args.path, steps=args.steps, allow_mixed=args.allow_mixed)
     print(json.dumps(res.to_dict(), indent=2) if args.json else res.summary())
     return 0
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from labkit.checks import ArgumentTypeError, count, flag
 from labkit.diagnose.verdict import Diagnosis, Finding, Thresholds
+from labkit.record import _positive as positive  # checks.positive, safe for ints beyond a float
 
 __all__ = ["diagnose", "compute", "communication", "peer_wait", "data", "memory", "scheduling", "RULES",
            "ORDER"]
@@ -30,6 +32,29 @@ ORDER = ("compute", "communication", "data", "memory", "scheduling")
 
 
 # ----------------------------------------------------------------------------- shared figures
+# the free-form config/device entries the rules compute with: checked before any rule reads them
+_CONFIG_COUNTS = ("micro_batch", "micro_batch_requested", "seq_len", "seq_len_used")
+_CONFIG_SIZES = ("memory_budget_bytes",)
+
+
+def _check_config(record) -> None:
+    """The config/device numbers the rules use (None = unknown): ints >= 1 and sizes > 0, named."""
+    cfg, dev = record.config, record.device
+    for key in _CONFIG_COUNTS:
+        if cfg.get(key) is not None:
+            count(f"record.config[{key!r}]", cfg[key])
+    for key in _CONFIG_SIZES:
+        if cfg.get(key) is not None:
+            positive(f"record.config[{key!r}]", cfg[key])
+    if dev.get("memory_bytes") is not None:
+        positive("record.device['memory_bytes']", dev["memory_bytes"])
+    if cfg.get("num_workers") is not None:
+        count("record.config['num_workers']", cfg["num_workers"], at_least=0)
+    if cfg.get("checkpoint") is not None:
+        flag("record.config['checkpoint']", cfg["checkpoint"])
+
+
+
 def _exposure(record, trace) -> tuple[float | None, float | None, float | None]:
     """(exposed communication share, data-wait share, utilisation): the trace's where there is one."""
     shares = trace.shares() if trace is not None else {}
@@ -56,7 +81,10 @@ def figures(record, trace, th: Thresholds) -> dict[str, Any]:
             "data_wait_share": data, "step_time_s": record.step_time.median if record.step_time else None,
             "tokens_per_s": record.tokens_per_s, "peak_source": record.peak_source}
     if record.mfu is not None:
-        figs["busy_time_mfu"] = record.mfu / _busy(comm, data)
+        figs["busy_time_mfu"] = min(record.mfu / _busy(comm, data), 1.0)
+        if record.mfu > _busy(comm, data):
+            figs["note_busy_time_mfu"] = ("MFU exceeds the share of the step not spent waiting: the wait shares "
+                                          "overlap device work (host-side timing?); busy-time MFU capped at 100 %")
     elif util is not None and util < 1 - th.comm_exposed:
         figs["note"] = "no MFU in the record (no FLOP count or peak); utilisation used instead"
     peer = _peer(trace)
@@ -72,7 +100,7 @@ def compute(record, trace, th: Thresholds) -> Finding | None:
         return None
     comm, data, _ = _exposure(record, trace)
     busy = _busy(comm, data)
-    busy_mfu = record.mfu / busy
+    busy_mfu = min(record.mfu / busy, 1.0)          # > 1 only when the wait shares overlap device work
     if not (record.mfu < th.mfu_low and busy_mfu < th.mfu_low):
         return None
     cfg = record.config or {}
@@ -213,7 +241,7 @@ def memory(record, trace, th: Thresholds) -> Finding | None:
         ev["memory_budget_bytes"] = cfg["memory_budget_bytes"]
         if forced_mb:
             ev["micro_batch"] = f"{cfg['micro_batch']} (wanted {requested})"
-    if recompute and record.hfu and record.mfu:
+    if recompute and record.hfu and record.mfu and record.hfu > record.mfu:   # (HFU < MFU: hand-edited)
         cost = 1.0 - record.mfu / record.hfu       # share of executed FLOPs that are recomputation
         ev["recompute_share_of_flops"] = cost
         ev["hfu_minus_mfu"] = record.hfu - record.mfu
@@ -278,9 +306,14 @@ def diagnose(record, trace=None, *, thresholds: Thresholds | None = None) -> Dia
     from labkit.record import RunRecord
 
     if not isinstance(record, RunRecord):
-        raise TypeError(f"record must be a labkit.record.RunRecord, got {type(record).__name__}")
+        raise ArgumentTypeError(f"record must be a labkit.record.RunRecord, got {type(record).__name__}")
     if trace is not None and not hasattr(trace, "shares"):
-        raise TypeError(f"trace must be a labkit.trace.TraceAnalysis or None, got {type(trace).__name__}")
+        raise ArgumentTypeError(f"trace must be a labkit.trace.TraceAnalysis or None, got {type(trace).__name__}")
+    if thresholds is not None and not isinstance(thresholds, Thresholds):
+        raise ArgumentTypeError(f"thresholds must be a labkit.diagnose.Thresholds or None, got "
+                                f"{type(thresholds).__name__}")
+    record.validate()        # fields edited after construction are checked too: the rules rely on the ranges
+    _check_config(record)
     th = thresholds or Thresholds()
     found = [(rule, rule(record, trace, th)) for rule in RULES]
     by_rule = dict(found)

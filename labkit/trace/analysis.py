@@ -219,23 +219,25 @@ def _py(v):
     return v
 
 
-def analyze(path, *, steps=None) -> TraceAnalysis:
+def analyze(path, *, steps=None, allow_mixed: bool = False) -> TraceAnalysis:
     """Analyse a trace file or a folder of per-rank trace files.
 
     ``steps``: None for every ``ProfilerStep`` in the trace (the whole window when there is none),
-    or an iterable of step numbers to keep. Raises ValueError (naming the file) for corrupt or
-    truncated traces and when the selected steps are not in the trace.
+    or an iterable of step numbers (ints >= 0) to keep. ``allow_mixed``: analyse a folder whose files
+    look like different runs (:func:`labkit.trace.load.check_one_run`) instead of refusing it. Raises
+    ValueError naming the file (and the event and field) for corrupt, truncated or invalid traces
+    (non-finite times, wrong field types), for an empty ``path``, for a folder mixing runs, and when
+    the selected steps are not in the trace.
 
     Taught in chapter 9.
     """
     import pandas as pd
 
     if steps is not None:
-        try:
-            steps = {int(s) for s in steps}
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"steps={steps!r} must be None or an iterable of step numbers") from e
-    events = read_ranks(path)
+        if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
+            raise checks.ArgumentTypeError(f"steps={steps!r} must be None or an iterable of step numbers")
+        steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
+    events = read_ranks(path, allow_mixed=allow_mixed)
     views = [RankView(ev) for ev in events]
     kinds = {v.kind for v in views}
     kind = "gpu" if "gpu" in kinds else "cpu"

@@ -160,7 +160,7 @@ class RankView:
         self.dataloader = iv.union(ev.ts[dl], end[dl])
         step_mask = (cat == USER_ANNOTATION) & ev.name_mask(lambda n: n.startswith("ProfilerStep#")) & on_main
         idx = np.flatnonzero(step_mask)
-        nums = np.array([int(names[ev.name_id[i]].split("#", 1)[1] or -1) for i in idx], dtype=int)
+        nums = np.array([_step_number(ev, names[ev.name_id[i]]) for i in idx], dtype=int)
         order = np.argsort(ev.ts[idx])
         self.step_ids = nums[order]
         self.step_host = np.stack([ev.ts[idx][order], end[idx][order]], axis=1) if idx.size else np.zeros((0, 2))
@@ -345,6 +345,17 @@ class RankView:
     def compute_between(self, t0, t1) -> float:
         """Compute seconds in [t0, t1)."""
         return iv.total(iv.clip(self._comp_u, t0, t1)) * US
+
+
+def _step_number(ev: RankEvents, name: str) -> int:
+    """N of a ``ProfilerStep#N`` range (-1 for a bare ``ProfilerStep#``); ValueError naming the file."""
+    num = name.split("#", 1)[1]
+    if not num:
+        return -1
+    if not num.isdecimal():
+        raise ValueError(f"trace file {ev.path}: a ProfilerStep range is named {name[:60]!r}; "
+                         "expected 'ProfilerStep#<step number>'")
+    return int(num)
 
 
 def _data_idle(gaps, dl) -> float:

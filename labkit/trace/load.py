@@ -19,12 +19,16 @@ from __future__ import annotations
 import gc
 import gzip
 import json
+import math
+import os
 import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from labkit.checks import ArgumentTypeError, flag
 
 try:  # optional accelerator for large traces (a dependency of labkit; the stdlib path stays tested)
     import orjson
@@ -73,6 +77,10 @@ class RankEvents:
     thread_names: dict[tuple, str] = field(default_factory=dict)
     comm_args: dict[int, dict] = field(default_factory=dict)   # event index -> args of a collective
     ts_is_float: bool = True
+    start_us: float | None = None  # first event, absolute (baseTimeNanoseconds + ts) when the trace has a base
+    window_us: float = 0.0         # first event start to last event end
+    has_base_time: bool = False
+    synthetic: dict | None = None  # the generator's spec of a SYNTHETIC trace
 
     @property
     def end(self) -> np.ndarray:
@@ -93,6 +101,12 @@ def trace_files(path) -> list[Path]:
 
     Taught in chapter 9.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentTypeError(f"path must be a trace file or folder (str or os.PathLike), got "
+                                f"{type(path).__name__} {str(path)[:60]!r}")
+    if os.fspath(path) == "":
+        raise ValueError("path='' is not valid: name a trace file or a folder of traces (an empty path "
+                         "would analyse the current folder)")
     p = Path(path)
     if p.is_file():
         return [p]
@@ -150,6 +164,8 @@ def load(path) -> dict:
                          f"{e.msg}){hint}") from e
     except UnicodeDecodeError as e:
         raise ValueError(f"trace file {p} is not text JSON ({e})") from e
+    except (ValueError, RecursionError) as e:     # e.g. an integer of more than 4300 digits, absurd nesting
+        raise ValueError(f"trace file {p} is not valid JSON ({str(e)[:120]})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         got = type(doc).__name__ if not isinstance(doc, dict) else f"keys {sorted(doc)[:8]}"
         raise NotATraceError(f"trace file {p} has no 'traceEvents' list (got {got}); "
@@ -166,12 +182,35 @@ def extract(doc: dict, path, *, default_rank: int = 0) -> RankEvents:
     """``doc["traceEvents"]`` into a :class:`RankEvents` (see the module docstring): a few list
     comprehensions over the events (fast in CPython), then numpy arrays.
 
+    Refuses what would silently distort the analysis, naming the file, the event (index in
+    ``traceEvents`` and name) and the field: non-finite or non-numeric ``ts``/``dur``, a negative
+    ``dur``, a non-string ``name``/``cat``, ``args`` that is not an object, a ``stream`` or
+    ``correlation`` that is not an int (a string or null would unlink kernels from their launches and
+    drop the step windows), message sizes that are not ints >= 0, and a ``distributedInfo`` whose
+    ``rank``/``world_size`` are not ints (0 <= rank < world_size).
+
     Taught in chapter 9.
     """
     p = Path(path)
-    info = doc.get("distributedInfo") or {}
-    rank = info.get("rank")
-    if not isinstance(rank, int):
+    info = doc.get("distributedInfo")
+    if info is None:
+        info = {}
+    if not isinstance(info, dict):
+        raise ValueError(f"trace file {p}: 'distributedInfo' must be an object, got {type(info).__name__}")
+    rank, world, backend = info.get("rank"), info.get("world_size"), info.get("backend")
+    for key, v, low in (("rank", rank, 0), ("world_size", world, 1)):
+        if v is not None and (type(v) is not int or v < low):
+            raise ValueError(f"trace file {p}: distributedInfo.{key}={v!r} is not valid: use an int >= {low}")
+    if rank is not None and world is not None and rank >= world:
+        raise ValueError(f"trace file {p}: distributedInfo.rank={rank} is not valid for world_size={world} "
+                         f"(use 0 <= rank < world_size)")
+    if backend is not None and not isinstance(backend, str):
+        raise ValueError(f"trace file {p}: distributedInfo.backend={backend!r} must be a string")
+    base = doc.get("baseTimeNanoseconds")
+    if base is not None and not (type(base) is int and 0 <= base < 2**63 or type(base) is float and
+                                 math.isfinite(base) and base >= 0):
+        raise ValueError(f"trace file {p}: baseTimeNanoseconds={base!r} is not valid: use a finite number >= 0")
+    if rank is None:
         rank = _rank_from_name(p)
     if rank is None:
         rank = default_rank
@@ -182,31 +221,32 @@ def extract(doc: dict, path, *, default_rank: int = 0) -> RankEvents:
               and e.get("cat") not in (None, "Trace")]
         thread_names = {(e.get("pid"), e.get("tid")): str((e.get("args") or {}).get("name", ""))
                         for e in evs if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    except AttributeError as ex:
-        bad = next(i for i, e in enumerate(evs) if not isinstance(e, dict))
-        raise ValueError(f"trace file {p}: event {bad} is {type(evs[bad]).__name__}, not an object") from ex
-    cats = CATEGORIES
-    code = [cats.get(e["cat"], OTHER) for e in xs]
-    names: dict[str, int] = {}
-    nid = [names.setdefault(n, len(names)) for n in [e.get("name", "") for e in xs]]
-    threads: dict[tuple, int] = {}
-    th = []
-    for e in xs:                     # one pass, no intermediate list of keys (18 -> 14 ms on 45k events)
-        k = (e.get("pid"), e.get("tid"))
-        t = threads.get(k)
-        if t is None:
-            t = threads[k] = len(threads)
-        th.append(t)
-    n = len(xs)
-    try:
-        ts_arr = np.array([e.get("ts") for e in xs])
+        cats = CATEGORIES
+        code = [cats.get(e["cat"], OTHER) for e in xs]
+        names: dict[str, int] = {}
+        nid = [names.setdefault(n, len(names)) for n in [e.get("name", "") for e in xs]]
+        threads: dict[tuple, int] = {}
+        th = []
+        for e in xs:                 # one pass, no intermediate list of keys (18 -> 14 ms on 45k events)
+            k = (e.get("pid"), e.get("tid"))
+            t = threads.get(k)
+            if t is None:
+                t = threads[k] = len(threads)
+            th.append(t)
+        n = len(xs)
+        ts_arr = np.array([e.get("ts") for e in xs]) if n else np.zeros(0)
+        dur_arr = np.array([e["dur"] for e in xs]) if n else np.zeros(0)
+        # numbers only: a string, null or nested value makes a str/object array (no silent conversion)
+        if ts_arr.dtype.kind not in "if" or dur_arr.dtype.kind not in "if" or \
+                not all(type(k) is str for k in names):
+            raise TypeError("an event field has the wrong type")
         ts_is_float = ts_arr.dtype.kind == "f"
-        ts_arr = ts_arr.astype(float) if n else np.zeros(0)
-        dur_arr = np.array([e["dur"] for e in xs], dtype=float) if n else np.zeros(0)
-    except (TypeError, ValueError) as ex:
-        raise ValueError(f"trace file {p}: an event has a non-numeric ts or dur ({ex})") from ex
-    if n and (np.isnan(ts_arr).any() or (dur_arr < 0).any()):
-        raise ValueError(f"trace file {p}: events with missing ts or negative dur")
+        ts_arr, dur_arr = ts_arr.astype(float), dur_arr.astype(float)
+    except (TypeError, AttributeError, ValueError, OverflowError) as ex:
+        raise ValueError(f"trace file {p}: {_bad_event(evs) or ex}") from None
+    bad = ~np.isfinite(ts_arr) | ~np.isfinite(dur_arr) | (dur_arr < 0)
+    if bad.any():
+        raise ValueError(f"trace file {p}: {_bad_event(evs, xs[int(np.flatnonzero(bad)[0])])}")
     cat = np.asarray(code, dtype=np.int8) if n else np.zeros(0, dtype=np.int8)
     stream = np.full(n, -1, dtype=np.int64)
     corr = np.full(n, -1, dtype=np.int64)
@@ -216,31 +256,106 @@ def extract(doc: dict, path, *, default_rank: int = 0) -> RankEvents:
     cat_list = cat.tolist()          # Python ints: indexing a numpy array per event is slow
     for i in np.flatnonzero((cat <= MEMSET) | (cat == RUNTIME)).tolist():
         a = xs[i].get("args")
-        if not a:
+        if a is None:
             continue
-        corr[i] = _int_or(a.get("correlation", -1))
+        c = a.get("correlation", -1) if type(a) is dict else None
+        if type(c) is not int or not _I64_MIN <= c <= _I64_MAX:
+            raise ValueError(f"trace file {p}: {_bad_event(evs, xs[i])}")
+        corr[i] = c
         if cat_list[i] <= MEMSET:
-            stream[i] = _int_or(a.get("stream", -1))
-            if cat[i] == KERNEL and ("Collective name" in a or comm_re(name_list[nid[i]])):
-                comm_args[i] = a
+            s = a.get("stream", -1)
+            if type(s) is not int or not _I64_MIN <= s <= _I64_MAX:
+                raise ValueError(f"trace file {p}: {_bad_event(evs, xs[i])}")
+            stream[i] = s
+            if cat_list[i] == KERNEL and ("Collective name" in a or comm_re(name_list[nid[i]])):
+                comm_args[i] = _comm_args(p, evs, xs[i])
     rpc = names.get("record_param_comms")
     if rpc is not None:
         for i in np.flatnonzero((cat == CPU_OP) & (np.asarray(nid) == rpc)).tolist():
-            comm_args[i] = xs[i].get("args") or {}
-    return RankEvents(path=p, rank=int(rank), world_size=info.get("world_size"), backend=info.get("backend"),
+            comm_args[i] = _comm_args(p, evs, xs[i])
+    start = float(ts_arr.min()) + (base or 0) / 1e3 if n else None
+    window = float((ts_arr + dur_arr).max() - ts_arr.min()) if n else 0.0
+    synth = doc.get("labkit_synthetic")
+    return RankEvents(path=p, rank=int(rank), world_size=world, backend=backend,
                       names=name_list, ts=ts_arr, dur=dur_arr, cat=cat,
                       name_id=np.asarray(nid, dtype=np.int32), thread=np.asarray(th, dtype=np.int32),
                       stream=stream, corr=corr, threads=list(threads),
-                      thread_names=thread_names, comm_args=comm_args, ts_is_float=ts_is_float)
+                      thread_names=thread_names, comm_args=comm_args, ts_is_float=ts_is_float,
+                      start_us=start, window_us=window, has_base_time=base is not None,
+                      synthetic=synth.get("spec") if isinstance(synth, dict) else None)
 
 
-def _int_or(x, default=-1) -> int:
-    if type(x) is int:
-        return x
+_NUMBER_TYPES = {int, float}
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_DEVICE_NAMES = {k for k, v in CATEGORIES.items() if v in DEVICE_CATS or v == RUNTIME}
+
+
+def _comm_args(p: Path, evs, e: dict) -> dict:
+    """The args of a collective, with message sizes checked (ints >= 0 or absent)."""
+    a = e.get("args") or {}
+    if type(a) is not dict:
+        raise ValueError(f"trace file {p}: {_bad_event(evs, e)}")
+    for key in ("In msg nelems", "Out msg nelems"):
+        v = a.get(key)
+        if v is not None and (type(v) is not int or not 0 <= v <= _I64_MAX):
+            raise ValueError(f"trace file {p}: {_where(evs, e)} has {key!r}={_short(v)}: use an int >= 0 "
+                             "(elements in the message)")
+    return a
+
+
+def _where(evs, e) -> str:
+    i = next((k for k, x in enumerate(evs) if x is e), "?")
+    name = e.get("name") if isinstance(e, dict) else None
+    return f"event {i}" + (f" ({str(name)[:60]!r})" if name is not None else "")
+
+
+def _bad_event(evs, only=None) -> str | None:
+    """What is wrong with the first invalid event (or with ``only``): where it is, the field, the value."""
+    for e in ([only] if only is not None else evs):
+        if not isinstance(e, dict):
+            return f"{_where(evs, e)} is {type(e).__name__}, not an object"
+        problem = _event_problem(e)
+        if problem:
+            return f"{_where(evs, e)}: {problem}"
+    return None
+
+
+def _short(v) -> str:
+    if type(v) is int and abs(v) > 10**30:
+        return f"<int of {v.bit_length()} bits>"
+    return repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+
+
+def _event_problem(e: dict) -> str | None:
+    ph = e.get("ph")
     try:
-        return int(x)
-    except (TypeError, ValueError):
-        return default
+        hash((e.get("pid"), e.get("tid"), e.get("ph"), e.get("name")))
+    except TypeError:
+        return f"pid/tid/ph/name must be numbers or strings, got {e.get('pid')!r}/{e.get('tid')!r}/{ph!r}"
+    args = e.get("args")
+    if args is not None and not isinstance(args, dict):
+        return f"'args' must be an object, got {type(args).__name__} {str(args)[:40]!r}"
+    if ph != "X" or e.get("dur") is None or e.get("cat") in (None, "Trace"):
+        return None
+    if not isinstance(e["cat"], str):
+        return f"'cat'={_short(e['cat'])} must be a string"
+    if not isinstance(e.get("name", ""), str):
+        return f"'name'={_short(e['name'])} must be a string"
+    for key in ("ts", "dur"):
+        v = e.get(key)
+        if type(v) not in _NUMBER_TYPES:
+            return f"{key!r}={_short(v)} is non-numeric ({type(v).__name__}): use a finite number (µs)"
+        if not (math.isfinite(v) if type(v) is float else abs(v) < 2**1023):
+            return f"{key!r}={_short(v)} is not valid: use a finite number (µs)"
+        if key == "dur" and v < 0:
+            return f"'dur'={v!r} is not valid: use a finite number >= 0 (µs)"
+    if e["cat"] in _DEVICE_NAMES and args is not None:
+        for key in ("correlation", "stream") if CATEGORIES[e["cat"]] in DEVICE_CATS else ("correlation",):
+            v = args.get(key, -1)
+            if type(v) is not int or not _I64_MIN <= v <= _I64_MAX:
+                return (f"args.{key}={_short(v)} is not valid: use a 64-bit int (it links kernels to their "
+                        "launches; a wrong type would silently drop the step windows)")
+    return None
 
 
 def read_rank(path, *, default_rank: int = 0) -> RankEvents:
@@ -259,15 +374,17 @@ def read_rank(path, *, default_rank: int = 0) -> RankEvents:
             gc.enable()
 
 
-def read_ranks(path) -> list[RankEvents]:
+def read_ranks(path, *, allow_mixed: bool = False) -> list[RankEvents]:
     """All ranks under ``path`` (a file or a folder of per-rank files), sorted by rank. In a folder,
     JSON files that are not traces (no ``traceEvents``, e.g. a saved run record) are skipped;
     corrupt or truncated files raise.
 
-    Two files claiming the same rank is an error (traces of two different runs mixed up).
+    Two files claiming the same rank is an error (traces of two different runs mixed up), and so are
+    files that look like different runs (:func:`check_one_run`) unless ``allow_mixed=True``.
 
     Taught in chapter 9.
     """
+    allow_mixed = flag("allow_mixed", allow_mixed)
     files = trace_files(path)
     ranks, skipped = [], []
     for i, f in enumerate(files):
@@ -279,11 +396,50 @@ def read_ranks(path) -> list[RankEvents]:
             skipped.append(f.name)       # e.g. a run record saved beside the traces
     if not ranks:
         raise ValueError(f"no Chrome traces in {path}: {skipped} are JSON without 'traceEvents'")
+    if not allow_mixed:
+        check_one_run(ranks)
     seen: dict[int, Path] = {}
     for r in ranks:
         if r.rank in seen:
             raise ValueError(f"trace files {seen[r.rank]} and {r.path} both claim rank {r.rank}; "
-                             f"put one run's traces per folder")
+                             f"put one run's traces per folder (the analysis is per rank, even with allow_mixed)")
         seen[r.rank] = r.path
     return sorted(ranks, key=lambda r: r.rank)
 
+
+MIXED_START_S = 5.0   # ranks of one run start profiling within a few steps of each other
+
+
+def check_one_run(ranks: list[RankEvents]) -> None:
+    """Raise ValueError naming the files when traces in one folder come from different runs: their
+    ``distributedInfo`` world sizes or backends differ, their SYNTHETIC generator specs differ, or their
+    absolute start times (``baseTimeNanoseconds`` + first ``ts``) lie further apart than
+    max(``MIXED_START_S``, twice the longer trace's window) — ranks of one run profile the same steps.
+
+    Taught in chapter 9.
+    """
+    def differ(what, key):
+        vals = {}
+        for r in ranks:
+            v = key(r)
+            if v is not None:
+                vals.setdefault(json.dumps(v, sort_keys=True, default=str), []).append(r.path.name)
+        if len(vals) > 1:
+            shown = "; ".join(f"{v}: {', '.join(fs)}" for v, fs in vals.items())
+            raise ValueError(f"trace files from different runs in one folder ({what} differ — {shown}); put one "
+                             "run's traces per folder, or pass allow_mixed=True (--allow-mixed)")
+
+    differ("distributedInfo.world_size", lambda r: r.world_size)
+    differ("distributedInfo.backend", lambda r: r.backend)
+    differ("SYNTHETIC specs", lambda r: r.synthetic)
+    for based in (True, False):          # absolute times compare only within one kind of time base
+        timed = [r for r in ranks if r.start_us is not None and r.has_base_time == based]
+        if len(timed) < 2:
+            continue
+        a, b = min(timed, key=lambda r: r.start_us), max(timed, key=lambda r: r.start_us)
+        gap_s = (b.start_us - a.start_us) / 1e6
+        limit_s = max(MIXED_START_S, 2 * max(r.window_us for r in timed) / 1e6)
+        if gap_s > limit_s:
+            raise ValueError(f"trace files from different runs in one folder: {b.path.name} starts {gap_s:,.1f} s "
+                             f"after {a.path.name} (ranks of one run start within {limit_s:,.1f} s); put one "
+                             "run's traces per folder, or pass allow_mixed=True (--allow-mixed)")
