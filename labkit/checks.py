@@ -29,7 +29,11 @@ def number(name: str, value, *, low: float | None = None, high: float | None = N
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentTypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:      # an int beyond float range (10**400)
+        raise ValueError(f"{name}={value!r} is not valid: use {_range(low, high, low_open, high_open, finite)}"
+                         ) from None
     bad = math.isnan(v) or (finite and math.isinf(v))
     if low is not None:
         bad = bad or (v <= low if low_open else v < low)
