@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["ArgumentTypeError", "number", "positive", "nonneg", "count", "fraction", "one_of", "flag"]
+__all__ = ["ArgumentTypeError", "number", "positive", "nonneg", "count", "fraction", "one_of", "flag",
+           "MAX_LINE", "long_line"]
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -96,3 +97,20 @@ def one_of(name: str, value, choices):
         shown = list(choices)
         raise ValueError(f"{name}={value!r} is not valid: choose one of {shown}")
     return value
+
+
+#: The longest line labkit's text parsers read (64 KiB). Real output of nccl-tests, NCCL logs,
+#: nvidia-smi, dcgmi, nsys stats and lscpu has lines of at most a few KiB; a longer line is a mangled or
+#: binary file, and refusing it up front keeps every parser linear in the size of its input.
+MAX_LINE = 64 * 1024
+
+
+def long_line(lineno: int, line: str, what: str) -> str | None:
+    """The message for a line of a ``what`` file longer than :data:`MAX_LINE`, None for a sane line.
+
+    Parsers that keep good rows and list bad ones skip the line with this message; the others raise it.
+    """
+    if len(line) <= MAX_LINE:
+        return None
+    return (f"line {lineno} is {len(line):,} characters long, longer than any real {what} line "
+            f"(at most {MAX_LINE:,} are read); is this the right file?")

@@ -150,6 +150,10 @@ def load(path) -> dict:
                          f"{e.msg}){hint}") from e
     except UnicodeDecodeError as e:
         raise ValueError(f"trace file {p} is not text JSON ({e})") from e
+    except ValueError as e:           # e.g. an integer of more than 4300 digits (a run of digits)
+        raise ValueError(f"trace file {p} is not a trace: {e}") from e
+    except RecursionError as e:       # "[[[[..." deeper than the JSON parser recurses
+        raise ValueError(f"trace file {p} is not a trace: JSON nested too deeply to read") from e
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         got = type(doc).__name__ if not isinstance(doc, dict) else f"keys {sorted(doc)[:8]}"
         raise NotATraceError(f"trace file {p} has no 'traceEvents' list (got {got}); "
@@ -205,8 +209,11 @@ def extract(doc: dict, path, *, default_rank: int = 0) -> RankEvents:
         dur_arr = np.array([e["dur"] for e in xs], dtype=float) if n else np.zeros(0)
     except (TypeError, ValueError) as ex:
         raise ValueError(f"trace file {p}: an event has a non-numeric ts or dur ({ex})") from ex
-    if n and (np.isnan(ts_arr).any() or (dur_arr < 0).any()):
-        raise ValueError(f"trace file {p}: events with missing ts or negative dur")
+    if n and not (np.isfinite(ts_arr).all() and np.isfinite(dur_arr).all() and (dur_arr >= 0).all()):
+        bad = int(np.flatnonzero(~(np.isfinite(ts_arr) & np.isfinite(dur_arr) & (dur_arr >= 0)))[0])
+        raise ValueError(f"trace file {p}: events with missing ts or negative dur, or a ts or dur that is not "
+                         f"a finite number (first: {xs[bad].get('name')!r}, ts={xs[bad].get('ts')!r}, "
+                         f"dur={xs[bad].get('dur')!r})")
     cat = np.asarray(code, dtype=np.int8) if n else np.zeros(0, dtype=np.int8)
     stream = np.full(n, -1, dtype=np.int64)
     corr = np.full(n, -1, dtype=np.int64)
