@@ -14,7 +14,7 @@ import math
 import numbers
 
 __all__ = ["ArgumentTypeError", "number", "positive", "nonneg", "count", "fraction", "one_of", "flag",
-           "finite_result"]
+           "finite_result", "MAX_LINE", "long_line"]
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -113,3 +113,20 @@ def finite_result(name: str, value, *, positive: bool = False, **inputs):
     shown = ", ".join(f"{k}={v!r}" for k, v in inputs.items())
     what = "a number > 0" if positive else "a finite number"
     raise ValueError(f"{name} = {value} is not {what}: the inputs are beyond any meaningful range ({shown})")
+
+
+#: The longest line labkit's text parsers read (64 KiB). Real output of nccl-tests, NCCL logs,
+#: nvidia-smi, dcgmi, nsys stats and lscpu has lines of at most a few KiB; a longer line is a mangled or
+#: binary file, and refusing it up front keeps every parser linear in the size of its input.
+MAX_LINE = 64 * 1024
+
+
+def long_line(lineno: int, line: str, what: str) -> str | None:
+    """The message for a line of a ``what`` file longer than :data:`MAX_LINE`, None for a sane line.
+
+    Parsers that keep good rows and list bad ones skip the line with this message; the others raise it.
+    """
+    if len(line) <= MAX_LINE:
+        return None
+    return (f"line {lineno} is {len(line):,} characters long, longer than any real {what} line "
+            f"(at most {MAX_LINE:,} are read); is this the right file?")

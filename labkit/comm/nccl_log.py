@@ -11,10 +11,19 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from labkit.checks import MAX_LINE, long_line
 from labkit.comm.pasted import strip_prefix
 
-_NCCL_LINE = re.compile(
-    r"(?:(?P<host>[\w.\-<>]+):(?P<pid>\d+):(?P<tid>\d+)\s+)?\[(?P<dev>\d+)\]\s+NCCL\s+(?P<level>INFO|WARN|TRACE)\s+(?P<msg>.*)")
+# "[dev] NCCL LEVEL msg"; the "host:pid:tid " header before it is read by _header(). One pattern searching
+# for both backtracked over every run of host-name characters (quadratic: an 80 k-character line took
+# 69 s); every pattern here looks at each character a bounded number of times.
+_NCCL_TAIL = re.compile(r"\[(\d+)\]\s+NCCL\s+(INFO|WARN|TRACE)\s+(.*)")
+_HEADER_REVERSED = re.compile(r"\s+\d+:\d+:([\w.\-<>]+)")    # " tid:pid:host" read backwards
+_VERSION = re.compile(r"\s*NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?")
+_ENV = re.compile(r"(NCCL_[A-Z0-9_]+) set by environment to ")
+# "Channel 00/02 :  0 1 2 ..." / "Ring 00 : 0 -> 1 -> 2": (?!\d) keeps each number whole, so no run of
+# digits can be split between repetitions (the old pattern backtracked exponentially on "0 : 111...1x")
+_RING = re.compile(r"(?:Channel|Ring) (\d+)(?:/\d+)?\s*:\s*((?:-?\d+(?!\d)\s*(?:->\s*)?)+)$")
 
 
 @dataclass
@@ -80,9 +89,14 @@ def parse_nccl_debug(text: str) -> NcclDebugInfo:
     info = NcclDebugInfo()
     hosts, channels_max, ring_seen = set(), 0, set()
     for i, raw in enumerate(text.splitlines(), 1):
+        if "NCCL" not in raw:
+            continue
+        if len(raw) > MAX_LINE:
+            info.errors.append((i, long_line(i, raw, "NCCL_DEBUG=INFO log"), raw[:200]))
+            continue
         line = strip_prefix(raw)
-        m = _NCCL_LINE.search(line)
-        bare = re.match(r"^\s*NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?", line)
+        m = _NCCL_TAIL.search(line)
+        bare = _VERSION.match(line)
         if bare and not m:   # rank 0 prints the version without the host:pid:tid header
             info.version, info.cuda = bare.group(1), bare.group(2)
             info.n_lines += 1
@@ -92,10 +106,11 @@ def parse_nccl_debug(text: str) -> NcclDebugInfo:
                 info.errors.append((i, "NCCL line without the 'host:pid:tid [dev]' header", raw))
             continue
         info.n_lines += 1
-        if m.group("host"):
-            hosts.add(m.group("host"))
-        msg = m.group("msg").strip()
-        if m.group("level") == "WARN":
+        host = _header(line, m.start())
+        if host:
+            hosts.add(host)
+        msg = m.group(3).strip()
+        if m.group(2) == "WARN":
             info.warnings.append(msg)
             continue
         try:
@@ -114,8 +129,18 @@ def parse_nccl_debug(text: str) -> NcclDebugInfo:
     return info
 
 
+def _header(line: str, end: int) -> str | None:
+    """The host of the ``host:pid:tid `` header that ends where ``[dev]`` starts (``end``), else None.
+
+    Matched on the reversed text, anchored at ``end``: each character is looked at once (the forward
+    search the old pattern did restarted at every host-name character).
+    """
+    m = _HEADER_REVERSED.match(line[end - 1::-1]) if end else None
+    return m.group(1)[::-1] if m else None
+
+
 def _parse_debug_msg(msg: str, info: NcclDebugInfo, ring_seen: set) -> None:
-    m = re.match(r"^NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?", msg)
+    m = re.match(r"NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?", msg)
     if m:
         info.version, info.cuda = m.group(1), m.group(2)
         return
@@ -123,9 +148,10 @@ def _parse_debug_msg(msg: str, info: NcclDebugInfo, ring_seen: set) -> None:
     if m:
         info.network = m.group(1)
         return
-    m = re.match(r"^(NCCL_[A-Z0-9_]+) set by environment to (.*?)\.?\s*$", msg)
-    if m:
-        info.env[m.group(1)] = m.group(2)
+    m = _ENV.match(msg)
+    if m:                                   # "NCCL_IB_DISABLE set by environment to 1."
+        value = msg[m.end():].rstrip()
+        info.env[m.group(1)] = value[:-1] if value.endswith(".") else value
         return
     m = re.search(r"\brank \d+ n[Rr]anks (\d+)(?: nNodes (\d+))?", msg)
     if m:
@@ -137,7 +163,7 @@ def _parse_debug_msg(msg: str, info: NcclDebugInfo, ring_seen: set) -> None:
     if m:
         info.transports[_transport_kind(m.group(1))] += 1
         return
-    m = re.match(r"^(?:Channel|Ring) (\d+)(?:/\d+)?\s*:\s*((?:-?\d+\s*(?:->\s*)?)+)$", msg)
+    m = _RING.match(msg)
     if m:
         order = [int(x) for x in re.findall(r"-?\d+", m.group(2))]
         key = (int(m.group(1)), tuple(order))

@@ -3,7 +3,9 @@
 Old format (``size count type redop time algbw busbw error``) and new (``… redop root time algbw busbw
 #wrong``), out-of-place and in-place columns, ``[1,0]<stdout>:`` prefixes from mpirun, ``N/A``, the
 ``# Avg bus bandwidth`` line. Bad lines are kept out and reported (``.errors``: list of (line number,
-reason, line)); the parser never raises on garbage. Taught in chapter 11 (communication diagnostics).
+reason, line)): rows with a non-finite (``1e999``) or negative time, bandwidth or wrong count, and lines
+longer than :data:`labkit.checks.MAX_LINE`. The parser never raises on garbage and runs in time linear
+in the input. Taught in chapter 11 (communication diagnostics).
 """
 from __future__ import annotations
 
@@ -12,20 +14,24 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from labkit.checks import MAX_LINE, long_line, nonneg
 from labkit.comm.models import canonical_op
 from labkit.comm.pasted import strip_prefix
 
-_NUM = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
+# \d+(?:\.\d*)? rather than \d+\.?\d*: the latter can split a run of digits two ways at every point
+# and backtracks quadratically on "111...1x"
+_NUM = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
 _DTYPES = {"float", "half", "double", "int8", "uint8", "int32", "uint32", "int64", "uint64", "bfloat16",
            "fp8_e4m3", "fp8_e5m2", "f8e4m3", "f8e5m2", "float32", "float16", "int", "char", "bf16"}
 
 
-def _num(tok: str):
+def _num(tok: str, name: str):
+    """A time, bandwidth or count of wrong elements: None for N/A, else a finite number >= 0."""
     if tok in ("N/A", "n/a", "-"):
         return None
     if not _NUM.match(tok):
-        raise ValueError(f"{tok!r} is not a number")
-    return float(tok)
+        raise ValueError(f"{name} {tok!r} is not a number")
+    return nonneg(name, float(tok))          # 1e999 (inf) and negative figures are refused
 
 
 @dataclass
@@ -70,6 +76,7 @@ _LEADS = {5: ["size", "count", "type", "redop", "root"],   # new format (nccl-te
           4: ["size", "count", "type", "redop"],           # old format, reductions
           3: ["size", "count", "type"]}                    # old format, all_gather / broadcast
 _RANK_TAG = re.compile(r"^\[\d+\]\s+")                     # "[0] " tags (mpirun --tag-output, pdsh ...)
+_PERF = re.compile(r"\b([a-z_]+)_perf\b")                 # "all_reduce_perf" on the command line
 
 
 def _lead_from_count(n: int) -> list[str]:
@@ -105,10 +112,8 @@ def _parse_row(toks: list[str], lead: list[str]) -> dict:
             for k in ("time_us", "algbw", "busbw", "wrong"):
                 row[f"{prefix}_{k}"] = None
             continue
-        t, a, b = (_num(x) for x in chunk[:3])
-        if any(v is not None and v < 0 for v in (t, a, b)):
-            raise ValueError("negative time or bandwidth")
-        w = _num(chunk[3])
+        t, a, b, w = (_num(x, f"{prefix}_{k}") for x, k in zip(chunk, ("time_us", "algbw", "busbw", "wrong"),
+                                                                   strict=True))
         row.update({f"{prefix}_time_us": t, f"{prefix}_algbw": a, f"{prefix}_busbw": b, f"{prefix}_wrong": w})
     return row
 
@@ -127,11 +132,18 @@ def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
     if op is not None:
         found_op = canonical_op(op)
     for i, raw in enumerate(text.splitlines(), 1):
-        line = _RANK_TAG.sub("", strip_prefix(raw)).rstrip()
+        if len(raw) > MAX_LINE:
+            errors.append((i, long_line(i, raw, "nccl-tests"), raw[:200]))
+            continue
+        if not raw or raw.isspace():
+            continue
+        line = strip_prefix(raw)
+        if line.startswith("["):
+            line = _RANK_TAG.sub("", line)
         s = line.strip()
         if not s:
             continue
-        m = re.search(r"\b([a-z_]+)_perf\b", s)
+        m = _PERF.search(s) if "_perf" in s else None
         if m and found_op is None:
             try:
                 found_op = canonical_op(m.group(1))
@@ -146,9 +158,10 @@ def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
             elif body.startswith("Avg bus bandwidth"):
                 m2 = re.search(r":\s*([0-9.eE+-]+)", body)
                 try:
-                    avg = float(m2.group(1)) if m2 else None
-                except ValueError:
-                    errors.append((i, "unreadable Avg bus bandwidth", raw))
+                    avg = nonneg("Avg bus bandwidth", float(m2.group(1))) if m2 else None
+                except ValueError as e:
+                    avg = None
+                    errors.append((i, f"unreadable Avg bus bandwidth: {e}", raw))
             elif body.startswith("Out of bounds values"):
                 oob = body.split(":", 1)[-1].strip()
             elif body.startswith("nThread"):

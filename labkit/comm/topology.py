@@ -1,13 +1,13 @@
 """``nvidia-smi topo -m``: the parser, nvidia-smi's legend, and the one SYNTHETIC DGX-like matrix.
 
 ``labkit.comm.topology``. :func:`parse_topology` reads the link matrix (X, NV#, PIX, PXB, PHB, NODE,
-SYS), the CPU / NUMA affinity columns, the legend and the NIC legend; bad rows go to ``.errors``, it
-never raises on garbage. :func:`synthetic_topology` writes the matrix of a DGX-like node in
-nvidia-smi's layout (tab separated, ``CPU Affinity`` / ``NUMA Affinity`` / ``GPU NUMA ID`` columns,
-the legend) — the only topology generator in labkit: ``labkit.telemetry.synthesize_topology`` and
-the shipped ``datasets/comm/topo_dgx_h100_like.SYNTHETIC.txt`` and ``datasets/telemetry/topo_*.txt``
-are made by it. Taught in chapter 11 (communication diagnostics), chapter 12 (topology and NUMA
-affinity) and chapter 23.
+SYS), the CPU / NUMA affinity columns, the legend and the NIC legend; bad rows (and lines longer than
+:data:`labkit.checks.MAX_LINE`) go to ``.errors``, it never raises on garbage and runs in linear time.
+:func:`synthetic_topology` writes the matrix of a DGX-like node in nvidia-smi's layout (tab separated,
+``CPU Affinity`` / ``NUMA Affinity`` / ``GPU NUMA ID`` columns, the legend) — the only topology
+generator in labkit: ``labkit.telemetry.synthesize_topology`` and the shipped
+``datasets/comm/topo_dgx_h100_like.SYNTHETIC.txt`` and ``datasets/telemetry/topo_*.txt`` are made by it.
+Taught in chapter 11 (communication diagnostics), chapter 12 (topology and NUMA affinity) and chapter 23.
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from labkit.checks import count, one_of
+from labkit.checks import MAX_LINE, count, long_line, one_of
 from labkit.comm.pasted import strip_prefix
 
-_LINK = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|NV\d+|SOC|N/A)$")
+_LINK = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|NV\d{1,3}|SOC|N/A)$")
 _AFFINITY_COLS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 
 
@@ -80,8 +80,14 @@ def parse_topology(text: str) -> Topology:
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     topo = Topology()
     extra: list[str] = []
+    legend: dict[str, list[str]] = {}      # joined at the end: += on a growing string is quadratic
     in_legend = False
     for i, raw in enumerate(text.splitlines(), 1):
+        if len(raw) > MAX_LINE:
+            topo.errors.append((i, long_line(i, raw, "nvidia-smi topo -m"), raw[:200]))
+            continue
+        if not raw or raw.isspace():
+            continue
         line = strip_prefix(raw).rstrip()
         s = line.strip()
         if not s:
@@ -96,10 +102,9 @@ def parse_topology(text: str) -> Topology:
         if in_legend:
             m = re.match(r"^(\S+)\s*=\s*(.+)$", s)
             if m:
-                topo.legend[m.group(1)] = m.group(2).strip()
-            elif topo.legend:
-                last = list(topo.legend)[-1]
-                topo.legend[last] += " " + s
+                legend[m.group(1)] = [m.group(2).strip()]
+            elif legend:
+                legend[next(reversed(legend))].append(s)
             continue
         toks = s.split()
         if not topo.devices:
@@ -125,6 +130,7 @@ def parse_topology(text: str) -> Topology:
             topo.cpu_affinity[name] = vals["CPU Affinity"]
         if "NUMA Affinity" in vals:
             topo.numa_affinity[name] = vals["NUMA Affinity"]
+    topo.legend = {k: " ".join(v) for k, v in legend.items()}
     if not topo.devices:
         topo.errors.append((0, "no header row starting with GPU0 found", ""))
     return topo

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from labkit.checks import MAX_LINE, long_line, nonneg
+
 if TYPE_CHECKING:
     from labkit.nsys.sqlite import NsysTimeline
 
@@ -41,7 +43,12 @@ _COLS = {
 }
 _NUMERIC = ("time_pct", "total_ns", "count", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns")
 _REPORTS = ("nvtx_sum", "cuda_api_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "osrt_sum")
-_HINT = re.compile(r"\((\w+_sum)\)|\[(?:[^\]]*/)?(\w+_sum)(?:\.py)?\]|_(\w+_sum)\.csv")
+# The report a banner names: "(nvtx_sum)", "[/path/reports/nvtx_sum.py]", "report_nvtx_sum.csv". Every
+# pattern here is linear: "[^][]*" stops at the next bracket (the old "[^]]*" rescanned the rest of the line
+# from every "["), and the file name is read from a whole run of word characters (the old "_(\w+_sum)"
+# restarted at every "_" of the run).
+_HINT_PAREN = re.compile(r"\((\w+_sum)\)|\[(?:[^\]\[]*/)?(\w+_sum)(?:\.py)?\]")
+_CSV_NAME = re.compile(r"(?<!\w)(\w+)\.csv")
 
 
 @dataclass
@@ -93,11 +100,40 @@ def _canon(header: list[str]) -> list[str | None]:
     return out
 
 
-def _num(s: str) -> float:
+def _hint(line: str) -> str | None:
+    """The report named in a banner line (the leftmost of the three spellings), else None."""
+    found = []
+    m = _HINT_PAREN.search(line)
+    if m:
+        found.append((m.start(), m.group(1) or m.group(2)))
+    for m in _CSV_NAME.finditer(line):           # "<anything>_<report>_sum.csv": after the first "_"
+        run = m.group(1)
+        cut = run.find("_")
+        if cut >= 0 and run.endswith("_sum") and len(run) - cut - 1 > 4:
+            found.append((m.start() + cut, run[cut + 1:]))
+            break
+    return min(found)[1] if found else None
+
+
+_MISSING = ("", "-", "N/A")
+
+
+def _num(s: str, col: str) -> float:
+    """A number column: NaN where nsys prints nothing, else a finite number >= 0 (times, counts, shares).
+
+    Raises ValueError naming the column: text, ``inf`` / ``1e999`` / ``nan`` and negative figures.
+    """
     s = s.strip().replace(",", "")
-    if s in ("", "-", "N/A"):
+    if s in _MISSING:
         return float("nan")
-    return float(s)
+    try:
+        v = float(s)
+    except ValueError:
+        raise ValueError(f"{col} holds text {s[:40]!r}, not a number") from None
+    v = nonneg(col, v)
+    if col == "count" and (v != int(v) or v >= 2**53):
+        raise ValueError(f"count={s[:40]} is not valid: use a whole number of calls below 2**53")
+    return v
 
 
 def parse_stats_csv(text: str) -> NsysStats:
@@ -106,7 +142,9 @@ def parse_stats_csv(text: str) -> NsysStats:
     Blocks start at a header row holding ``Total Time``; the report is named by the banner nsys
     prints before it (``** NVTX Range Summary (nvtx_sum):``, ``Processing [... nvtx_sum.py]``) or,
     failing that, by its columns. A row with the wrong number of fields or a non-number in a number
-    column is skipped and reported in ``errors`` (a truncated file keeps every complete row).
+    column (text, ``inf``, ``nan``, a negative time or count) is skipped and reported in ``errors`` with
+    its line number (a truncated file keeps every complete row), and so is a line longer than
+    :data:`labkit.checks.MAX_LINE`. Linear in the length of ``text``; never raises on garbage.
     Taught in chapter 10.
     """
     if not isinstance(text, str):
@@ -117,6 +155,9 @@ def parse_stats_csv(text: str) -> NsysStats:
     kind: str | None = None
     rows: dict[str, list[dict]] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_LINE:
+            res.errors.append(long_line(lineno, line, "nsys stats CSV"))
+            continue
         stripped = line.strip()
         if not stripped:
             header = None
@@ -124,9 +165,9 @@ def parse_stats_csv(text: str) -> NsysStats:
         if stripped.startswith("#"):                 # provenance comments (labkit's SYNTHETIC label)
             res.notes.append(f"line {lineno}: {stripped}")
             continue
-        m = _HINT.search(stripped)
-        if m and "Total Time" not in stripped:
-            hint = next(g for g in m.groups() if g)
+        found = _hint(stripped) if "_sum" in stripped and "Total Time" not in stripped else None
+        if found:
+            hint = found
             header = None
             if "SKIPPED" in stripped or "does not contain" in stripped:
                 res.notes.append(f"line {lineno}: {stripped}")
@@ -134,7 +175,14 @@ def parse_stats_csv(text: str) -> NsysStats:
         if stripped.startswith(("SKIPPED", "Generating", "Processing", "**", "NOTICE", "WARNING")):
             res.notes.append(f"line {lineno}: {stripped}") if "SKIPPED" in stripped else None
             continue
-        fields = next(csv.reader([stripped]))
+        if header is None and "Total Time" not in stripped:
+            res.errors.append(f"line {lineno}: row outside any report table: {stripped[:80]!r}")
+            continue
+        try:
+            fields = next(csv.reader([stripped]))
+        except csv.Error as e:                        # NUL bytes, a quote left open ...
+            res.errors.append(f"line {lineno}: not a CSV row ({e}): {stripped[:80]!r}")
+            continue
         if any("Total Time" in f for f in fields):
             header = _canon(fields)
             kind = hint or _kind_from_columns({f.strip() for f in fields} | {c for c in header if c})
@@ -157,9 +205,9 @@ def parse_stats_csv(text: str) -> NsysStats:
             for col, val in zip(header, fields, strict=True):
                 if col is None:
                     continue
-                row[col] = _num(val) if col in _NUMERIC else val.strip()
-        except ValueError:
-            res.errors.append(f"line {lineno}: a number column holds text: {stripped[:80]!r}")
+                row[col] = _num(val, col) if col in _NUMERIC else val.strip()
+        except ValueError as e:
+            res.errors.append(f"line {lineno}: bad number: {e}: {stripped[:80]!r}")
             continue
         if not row.get("name") or not np.isfinite(row.get("total_ns", np.nan)):
             res.errors.append(f"line {lineno}: no name or no total time: {stripped[:80]!r}")

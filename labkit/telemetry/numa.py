@@ -18,32 +18,51 @@ from pathlib import Path
 
 import pandas as pd
 
+from labkit.checks import MAX_LINE, long_line
+
+#: most CPU ids a cpulist may name (Linux's NR_CPUS is at most 8192 on common kernels)
+MAX_CPUS = 1 << 16
+
 
 def parse_cpulist(text: str) -> list[int]:
     """``"0-3,8,10-11"`` (Linux cpulist format, /sys and lscpu) -> ``[0, 1, 2, 3, 8, 10, 11]``.
     Taught in chapter 12."""
     if not isinstance(text, str):
         raise TypeError(f"parse_cpulist: text must be str, got {type(text).__name__}")
+    if len(text) > MAX_LINE:
+        raise ValueError(f"parse_cpulist: the cpulist is {len(text):,} characters long, longer than any real "
+                         f"one (at most {MAX_LINE:,} are read); is this the right file?")
     out: list[int] = []
     for part in text.strip().split(","):
         part = part.strip()
         if not part:
             continue
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        m = re.fullmatch(r"(\d{1,6})(?:-(\d{1,6}))?", part)
         if not m:
-            raise ValueError(f"parse_cpulist: {part!r} in {text!r} is not 'N' or 'N-M'")
+            raise ValueError(f"parse_cpulist: {part[:40]!r} in {text[:80]!r} is not 'N' or 'N-M' "
+                             f"(CPU ids of at most 6 digits)")
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         if hi < lo:
             raise ValueError(f"parse_cpulist: range {part!r} runs backwards")
+        if hi >= MAX_CPUS:
+            raise ValueError(f"parse_cpulist: CPU id {hi} in {part!r} is not valid: use ids below {MAX_CPUS}")
+        if len(out) + hi - lo + 1 > MAX_CPUS:
+            raise ValueError(f"parse_cpulist: {text[:80]!r} names more than {MAX_CPUS} CPUs in all")
         out.extend(range(lo, hi + 1))
     return out
 
 
 def parse_lscpu(text: str) -> dict[str, str]:
     """``lscpu`` output as a dict (``"Model name"``, ``"Socket(s)"``, ``"NUMA node0 CPU(s)"``...).
-    Lines without a colon are ignored. Taught in chapter 12."""
+    Lines without a colon are ignored; a line longer than :data:`labkit.checks.MAX_LINE` raises
+    ValueError (no lscpu prints one). Taught in chapter 12."""
+    if not isinstance(text, str):
+        raise TypeError(f"parse_lscpu: text must be str, got {type(text).__name__}")
     out = {}
-    for ln in text.splitlines():
+    for i, ln in enumerate(text.splitlines(), 1):
+        too_long = long_line(i, ln, "lscpu")
+        if too_long:
+            raise ValueError(f"parse_lscpu: {too_long}")
         if ":" in ln:
             k, v = ln.split(":", 1)
             out[k.strip()] = v.strip()

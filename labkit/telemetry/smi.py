@@ -15,7 +15,9 @@ https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/feature-overview.html#
 * ``DCGM_FI_PROF_PCIE_{TX,RX}_BYTES`` (1009/1010), ``DCGM_FI_PROF_NVLINK_{TX,RX}_BYTES`` (1011/1012): B/s.
 
 Parsers for ``nvidia-smi --query-gpu=... --format=csv``, ``nvidia-smi dmon`` and ``dcgmi dmon -e ...``
-keep every good row and list the bad ones; :func:`sample` runs nvidia-smi live when it exists.
+keep every good row and list the bad ones ("line N: why": text, ``inf``, negative readings, lines longer
+than :data:`labkit.checks.MAX_LINE`), in time linear in the input; :func:`sample` runs nvidia-smi live
+when it exists.
 SYNTHETIC samples in the same formats come from :mod:`labkit.telemetry.synthetic`.
 
 Taught in chapter 12 (``chapters/part2_diagnosis/ch12_telemetry_topology.ipynb``). Commands::
@@ -34,6 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+from labkit.checks import MAX_LINE, long_line, nonneg
 
 
 @dataclass(frozen=True)
@@ -87,14 +91,34 @@ class TelemetryTable:
         return num.groupby(self.frame["gpu"]).median().drop(columns=["gpu"], errors="ignore")
 
 
-def _value(s: str) -> float:
+_NUMBER = re.compile(r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(%|MiB|W|MHz|C|B/s|KB/s|MB/s)?")
+
+
+def _value(s: str, col: str = "value") -> float:
+    """A reading: NaN for ``[N/A]`` and friends, else a finite number >= 0 (NVML and DCGM report
+    utilisations, memory, power, temperatures, clocks and byte rates as unsigned numbers), units
+    stripped. Raises ValueError naming the column and the text."""
     s = s.strip()
     if s in _NA:
+        if col in ("gpu", "index"):
+            raise ValueError(f"{col}: {s!r} is not valid: a row needs its GPU index")
         return float("nan")
-    m = re.fullmatch(r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(%|MiB|W|MHz|C|B/s|KB/s|MB/s)?", s)
+    m = _NUMBER.fullmatch(s)
     if not m:
-        raise ValueError(s)
-    return float(m.group(1))
+        raise ValueError(f"{col}: {s[:40]!r} is not a number")
+    v = nonneg(col, float(m.group(1)))        # 1e999 (inf) and negative readings are refused
+    if col in ("gpu", "index") and (v != int(v) or v >= 2**31):
+        raise ValueError(f"{col}={s[:40]} is not valid: use a GPU index (a whole number below 2**31)")
+    return v
+
+
+def _unit(h: str) -> tuple[str, str | None]:
+    """``"power.draw [W]"`` -> ``("power.draw", "W")``; a header without ``[unit]`` -> ``(h, None)``.
+    (The regular expression it replaces backtracked quadratically on headers full of ``[`` or spaces.)"""
+    cut = h.find("[", 1)
+    if cut < 0 or not h.endswith("]") or cut == len(h) - 2:
+        return h, None
+    return (h[:cut].rstrip() or h[:1]), h[cut + 1:-1]
 
 
 def parse_query_gpu(text: str, *, source: str = "") -> TelemetryTable:
@@ -107,47 +131,65 @@ def parse_query_gpu(text: str, *, source: str = "") -> TelemetryTable:
     """
     if not isinstance(text, str):
         raise TypeError(f"parse_query_gpu: text must be str, got {type(text).__name__}")
-    lines = [(i, ln) for i, ln in enumerate(text.splitlines(), 1) if ln.strip() and not ln.startswith("#")]
     errors: list[str] = []
+    lines = []
+    for i, ln in enumerate(text.splitlines(), 1):
+        if len(ln) > MAX_LINE:
+            errors.append(long_line(i, ln, "nvidia-smi --query-gpu CSV"))
+        elif ln.strip() and not ln.startswith("#"):
+            lines.append((i, ln))
     if not lines:
-        return TelemetryTable(pd.DataFrame(), errors=["empty input"], source=source)
-    first = [f.strip() for f in next(csv.reader([lines[0][1]]))]
-    if any(re.search(r"[a-z]\.[a-z]|^index$|^timestamp$|^name$", f) for f in first):
+        return TelemetryTable(pd.DataFrame(), errors=errors or ["empty input"], source=source)
+    first = _csv_fields(lines[0][1])
+    if first and any(re.search(r"[a-z]\.[a-z]|^index$|^timestamp$|^name$", f) for f in first):
         header, body = first, lines[1:]
     else:
         header, body = list(QUERY_FIELDS), lines
     cols, units = [], {}
     for h in header:
-        m = re.fullmatch(r"(.+?)\s*\[(.+)\]", h)
-        name = m.group(1) if m else h
+        name, unit = _unit(h)
         name = "gpu" if name == "index" else name
         cols.append(name)
-        if m:
-            units[name] = m.group(2)
-    rows = []
+        if unit is not None:
+            units[name] = unit
+    rows, row_lines = [], []
     for lineno, ln in body:
-        fields = [f.strip() for f in next(csv.reader([ln]))]
+        fields = _csv_fields(ln)
+        if fields is None:
+            errors.append(f"line {lineno}: not a CSV row: {ln[:80]!r}")
+            continue
         if len(fields) != len(cols):
             errors.append(f"line {lineno}: {len(fields)} fields, expected {len(cols)}: {ln[:80]!r}")
             continue
         row = {}
         try:
             for c, v in zip(cols, fields, strict=True):
-                row[c] = v if c in ("timestamp", "name", "uuid", "pci.bus_id") else _value(v)
+                row[c] = v if c in ("timestamp", "name", "uuid", "pci.bus_id") else _value(v, c)
         except ValueError as e:
-            errors.append(f"line {lineno}: not a number in {c!r}: {e}")
+            errors.append(f"line {lineno}: {e}")
             continue
         rows.append(row)
+        row_lines.append(lineno)
     df = pd.DataFrame(rows, columns=cols)
     if "timestamp" in df and len(df):
         df["timestamp"] = pd.to_datetime(df["timestamp"], format="%Y/%m/%d %H:%M:%S.%f", errors="coerce")
         bad = df["timestamp"].isna()
         for i in np.flatnonzero(bad.to_numpy()):
-            errors.append(f"row {i}: unreadable timestamp")
+            errors.append(f"line {row_lines[i]}: unreadable timestamp")
         df = df[~bad].reset_index(drop=True)
     if "gpu" in df:
         df["gpu"] = df["gpu"].astype("Int64")
     return TelemetryTable(df, units, errors, source)
+
+
+def _csv_fields(line: str) -> list[str] | None:
+    """The stripped fields of one CSV line, None when the csv module refuses it (NUL byte, huge field)."""
+    if '"' not in line:                 # no quoting: the csv module would split at every comma
+        return [f.strip() for f in line.split(",")]
+    try:
+        return [f.strip() for f in next(csv.reader([line]), [])]
+    except csv.Error:
+        return None
 
 
 def _whitespace_table(text: str, *, first_key: str, source: str, rename=None) -> TelemetryTable:
@@ -155,6 +197,9 @@ def _whitespace_table(text: str, *, first_key: str, source: str, rename=None) ->
     header: list[str] | None = None
     rows, errors = [], []
     for lineno, ln in enumerate(text.splitlines(), 1):
+        if len(ln) > MAX_LINE:
+            errors.append(long_line(lineno, ln, f"{'dcgmi' if first_key == 'entity' else 'nvidia-smi'} dmon"))
+            continue
         s = ln.strip()
         if not s:
             continue
@@ -180,9 +225,10 @@ def _whitespace_table(text: str, *, first_key: str, source: str, rename=None) ->
             errors.append(f"line {lineno}: {len(toks)} fields, expected {len(header)}: {s[:80]!r}")
             continue
         try:
-            row = {h: (t if h.lower() in ("date", "time") else _value(t)) for h, t in zip(header, toks, strict=True)}
+            row = {h: (t if h.lower() in ("date", "time") else _value(t, "gpu" if j == 0 else h))
+                   for j, (h, t) in enumerate(zip(header, toks, strict=True))}
         except ValueError as e:
-            errors.append(f"line {lineno}: not a number: {e}")
+            errors.append(f"line {lineno}: {e}")
             continue
         rows.append(row)
     if header is None:

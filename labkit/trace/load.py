@@ -164,8 +164,10 @@ def load(path) -> dict:
                          f"{e.msg}){hint}") from e
     except UnicodeDecodeError as e:
         raise ValueError(f"trace file {p} is not text JSON ({e})") from e
-    except (ValueError, RecursionError) as e:     # e.g. an integer of more than 4300 digits, absurd nesting
-        raise ValueError(f"trace file {p} is not valid JSON ({str(e)[:120]})") from None
+    except ValueError as e:           # e.g. an integer of more than 4300 digits (a run of digits)
+        raise ValueError(f"trace file {p} is not a trace: {e}") from e
+    except RecursionError as e:       # "[[[[..." deeper than the JSON parser recurses
+        raise ValueError(f"trace file {p} is not a trace: JSON nested too deeply to read") from e
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         got = type(doc).__name__ if not isinstance(doc, dict) else f"keys {sorted(doc)[:8]}"
         raise NotATraceError(f"trace file {p} has no 'traceEvents' list (got {got}); "
