@@ -374,3 +374,16 @@ def test_fuzz_every_regress_function_with_bad_values(tmp_path):
         else:
             expect_refused(lambda rec=rec: record_samples(rec), "step_times", f"step_times {st!r:.60}")
     assert issubclass(ArgumentTypeError, TypeError)          # the documented error is both
+
+
+def test_cli_samples_reader_refuses_hostile_files(tmp_path):
+    """A million digits, absurd nesting, inf and negative samples: a ValueError naming the file."""
+    from labkit.cli.regress import read_samples
+
+    p = tmp_path / "s.txt"
+    for body, why in (("1" * 1_000_000, "not a list of numbers"), ("[" * 100_000, "not a list of numbers"),
+                      ("[1e999, 1, 2]", "not a finite number > 0"), ("-1\n1\n2", "not a finite number > 0")):
+        p.write_text(body)
+        with pytest.raises(ValueError, match=why) as e:
+            read_samples(p)
+        assert str(p) in str(e.value)

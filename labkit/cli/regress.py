@@ -53,6 +53,8 @@ def read_samples(path) -> list[float]:
         doc = json.loads(text)
     except json.JSONDecodeError:
         doc = text.split()                      # one number per line
+    except (ValueError, RecursionError) as e:   # a 4300+ digit integer, absurd nesting
+        raise ValueError(f"{what} {path}: not a list of numbers ({str(e)[:80] or 'nested too deeply'})") from None
     if isinstance(doc, dict):
         with naming(path, what, also=(AttributeError,)):
             doc = doc["samples"] if "samples" in doc else record_samples(RunRecord.from_dict(doc))
