@@ -51,14 +51,8 @@ def _show(value) -> str:
     return r if len(r) <= 80 else r[:77] + "..."
 
 
-def _num(name: str, value, **kw) -> float:
-    try:
-        return checks.number(name, value, **kw)
-    except OverflowError:                       # an int beyond a float's range
-        raise ValueError(f"{name}={_show(value)} is not valid: too large for a float; use a finite number") from None
-
-
-_positive = partial(_num, low=0, low_open=True)
+_num = checks.number                            # an int beyond a float's range is a ValueError there too
+_positive = checks.positive
 _nonneg = partial(_num, low=0)
 _count = partial(checks.count, at_most=2**63 - 1)      # counts fit an int64 (numpy, other JSON readers)
 

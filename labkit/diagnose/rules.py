@@ -7,12 +7,8 @@ win over the record's where both exist. The scheduling family has two rules: ran
 peer at the collectives (:func:`peer_wait`) and a device or thread waiting for the host
 (:func:`scheduling`).
 
-The verdict follows the seed's order: waits before math. When a communication, data, memory or
-scheduling finding is at least medium, the largest of them is the primary bottleneck even if the
-compute finding's score is larger — the MFU of the busy time can only be judged once the waits are
-gone, and removing a wait needs no change to the model. Compute is primary when nothing else is.
-Ranks waiting for each other with no single late rank (jitter) are the exception: no one change
-removes that wait, so it competes on its score like compute.
+The verdict's order (waits before math; jitter competes on its score) is explained in
+:mod:`labkit.diagnose`.
 
 Taught in chapter 14 (systematic diagnosis) and chapter 2 (the method: metrics first).
 """
@@ -20,9 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.checks import ArgumentTypeError, count, flag
+from labkit.checks import ArgumentTypeError, count, flag, positive
 from labkit.diagnose.verdict import Diagnosis, Finding, Thresholds
-from labkit.record import _positive as positive  # checks.positive, safe for ints beyond a float
 
 __all__ = ["diagnose", "compute", "communication", "peer_wait", "data", "memory", "scheduling", "RULES",
            "ORDER"]
