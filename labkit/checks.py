@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["ArgumentTypeError", "number", "positive", "nonneg", "count", "fraction", "one_of", "flag",
+__all__ = ["ArgumentTypeError", "number", "positive", "nonneg", "count", "whole", "fraction", "one_of", "flag",
            "finite_result", "MAX_LINE", "long_line"]
 
 
@@ -79,6 +79,21 @@ def count(name: str, value, *, at_least: int = 1, at_most: int | None = None) ->
     if v < at_least or (at_most is not None and v > at_most):
         raise ValueError(f"{name}={value!r} is not valid: use an int >= {at_least}{hi}")
     return v
+
+
+def whole(name: str, value, *, at_least: int = 1, at_most: int | None = None) -> int:
+    """As :func:`count`, but an integral float (``7.5e9``, ``4e6``: how people write big counts) is
+    accepted and returned as an int; ``7.5e9 + 0.5``, NaN and inf are refused."""
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, numbers.Integral)):
+        v = number(name, value)
+        if not v.is_integer():
+            raise ValueError(f"{name}={value!r} is not valid: use a whole number >= {at_least} (an int, or a "
+                             "float with no fractional part such as 7.5e9)")
+        value = int(v)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(f"{name} must be a whole number, got {type(value).__name__} {value!r} "
+                                f"(use an int >= {at_least} or an integral float such as 7.5e9)")
+    return count(name, value, at_least=at_least, at_most=at_most)
 
 
 def flag(name: str, value) -> bool:

@@ -19,7 +19,7 @@ import math
 from labkit import checks
 
 __all__ = ["achieved_flops", "tokens_per_s_per_device", "step_tokens_per_s", "mfu", "hfu",
-           "tokens_per_s_for_mfu"]
+           "tokens_per_s_for_mfu", "mfu_from_flops", "hfu_from_flops"]
 
 
 def achieved_flops(tokens_per_s: float, flops_per_token: float) -> float:
@@ -114,3 +114,36 @@ def tokens_per_s_for_mfu(target_mfu: float, *, flops_per_token: float, n_devices
     fpt = checks.positive("flops_per_token", flops_per_token)
     return checks.finite_result("tokens/s", t * n * peak / fpt, positive=True, target_mfu=target_mfu, n_devices=n_devices,
                                 peak_flops=peak_flops, flops_per_token=flops_per_token)
+
+
+def _from_flops(kind: str, achieved, peak_flops, name: str) -> float:
+    a = checks.positive(name, achieved)
+    peak = checks.positive("peak_flops", peak_flops)
+    u = a / peak
+    if u == 0 or not math.isfinite(u):
+        raise ValueError(f"{kind} = {u} from {name}={achieved!r}, peak_flops={peak_flops!r}: the inputs are "
+                         "beyond any meaningful range")
+    if u > 1.0:
+        raise ValueError(f"{kind} = {u:.1%} > 100% is impossible: {name}={a:.4g} FLOP/s exceeds "
+                         f"peak_flops={peak:.4g}. Most likely: {name} is for the whole job, not one device "
+                         "(divide by the device count), or peak_flops is for another device or dtype")
+    return u
+
+
+def mfu_from_flops(achieved_flops_per_device: float, peak_flops: float) -> float:
+    """MFU from an achieved *model* FLOP/s per device, the way papers quote it (Megatron-LM,
+    Narayanan et al. SC21 Table 1: "TFLOP/s per GPU"; Llama 3, Dubey et al. 2024 Table 4: 400
+    TFLOP/s per GPU at 41 % BF16 MFU of an H100's 989 TFLOP/s dense peak). Per device, dense peak
+    for the run's dtype; above 100 % is refused.
+
+    Taught in chapter 4 (MFU and HFU).
+    """
+    return _from_flops("MFU", achieved_flops_per_device, peak_flops, "achieved_flops_per_device")
+
+
+def hfu_from_flops(achieved_hardware_flops_per_device: float, peak_flops: float) -> float:
+    """HFU from the executed FLOP/s per device (recomputation included), as :func:`mfu_from_flops`.
+
+    Taught in chapter 4 (MFU and HFU).
+    """
+    return _from_flops("HFU", achieved_hardware_flops_per_device, peak_flops, "achieved_hardware_flops_per_device")

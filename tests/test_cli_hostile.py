@@ -67,6 +67,13 @@ INPUTS = {
     "release LAB": (".ipynb", lambda p, t: ["release", str(p), "--out", str(t / "out")], set()),
     "grade LAB": (".ipynb", lambda p, t: ["grade", str(p), str(t), "--out", str(t / "out"), "--no-progress"],
                   set()),
+    # the model config of a foreign trace's MFU is read before the trace (which need not exist here)
+    "trace analyze --model-config": (".json", lambda p, t: ["trace", "analyze", str(t / "no-trace"), "--tokens-per-step",
+                                                            "1024", "--model-config", str(p), "--seq-len", "8",
+                                                            "--peak-tflops", "1"], set()),
+    "diagnose --model-config": (".json", lambda p, t: ["diagnose", "--trace", str(t / "no-trace"), "--tokens-per-step",
+                                                       "1024", "--model-config", str(p), "--seq-len", "8",
+                                                       "--peak-tflops", "1"], set()),
     # a script's content is Python, so '[]' and '{"x": 1}' are valid (if pointless) scripts
     "launch TARGET": (".py", lambda p, t: ["launch", str(p)], NOT_JSON),
 }
@@ -259,7 +266,8 @@ COVERED = {("comm parse", "FILE"), ("trace analyze", "PATH"), ("trace hta", "PAT
            ("diagnose", "--record"), ("diagnose", "--trace"), ("regress save", "--samples"),
            ("regress check", "--samples"), ("regress save", "--store"), ("regress check", "--store"),
            ("release", "LAB"), ("grade", "LAB"), ("launch", "TARGET"),
-           ("trace synth", "OUT"), ("release", "--out"), ("grade", "--out")}
+           ("trace synth", "OUT"), ("release", "--out"), ("grade", "--out"),
+           ("trace analyze", "--model-config"), ("diagnose", "--model-config")}
 NOT_COVERED = {
     ("grade", "SUBMISSIONS"): "a student's unreadable notebook is graded as a failure (exit 1), the batch goes "
                               "on; an empty folder is covered (test_grade_folder_without_submissions)",

@@ -30,6 +30,7 @@ import pandas as pd
 import pytest
 
 import labkit
+import labkit.batch
 import labkit.comm.models
 import labkit.cost
 import labkit.flops
@@ -40,13 +41,14 @@ import labkit.model_config
 import labkit.perf.steptime
 import labkit.roofline
 import labkit.scaling
+import labkit.shapes
 from labkit.comm.models import AlphaBeta
 from labkit.flops import ModelShape
 from labkit.hardware.catalogue import DeviceSpec
 from labkit.model_config import GPTConfig
 from labkit.perf.steptime import StepParts
 
-MODULES = [labkit.flops, labkit.model_config, labkit.mfu, labkit.cost, labkit.scaling, labkit.roofline,
+MODULES = [labkit.flops, labkit.shapes, labkit.batch, labkit.model_config, labkit.mfu, labkit.cost, labkit.scaling, labkit.roofline,
            labkit.perf.steptime, labkit.memory.estimate, labkit.comm.models, labkit.hardware.catalogue]
 LABKIT_DIR = os.path.dirname(labkit.__file__)
 NAN, INF = float("nan"), float("inf")
@@ -92,7 +94,10 @@ BAD = {
     "peaks": _TYPE + [("empty", {}), ("nan", {"bf16": NAN}), ("negative", {"bf16": -1.0}),
                       ("bool", {"bf16": True}), ("unknown dtype", {"bf17": 1e12})],
 }
+BAD["whole"] = _TYPE + [("bool", True), ("nan", NAN), ("+inf", INF), ("negative", -1), ("zero", 0),
+                        ("float", 2.5), ("big float", 4e6 + 0.5), ("numpy bool", np.bool_(True))]  # 4e6 is a count
 BAD["optcount"] = [b for b in BAD["count"] if b[0] != "None"]      # None means "the default"
+BAD["optwhole"] = [b for b in BAD["whole"] if b[0] != "None"]
 BAD["optflag"] = [b for b in BAD["flag"] if b[0] != "None"]
 BAD["optpos"] = [b for b in BAD["pos"] if b[0] != "None"]
 BAD["optnonneg"] = [b for b in BAD["nonneg"] if b[0] != "None"]
@@ -103,7 +108,7 @@ def _numpy_twins(kind: str, value) -> list:
     """NumPy scalars equal to ``value`` that must be accepted with the same result."""
     if isinstance(value, bool) or value is None:
         return [np.bool_(value)] if kind in ("flag", "optflag") and value is not None else []
-    if isinstance(value, int) and kind in ("count", "count0", "optcount", "numels"):
+    if isinstance(value, int) and kind in ("count", "count0", "optcount", "numels", "optwhole", "whole"):
         return [np.int64(value)] + ([np.int32(value)] if abs(value) < 2**31 else [])
     if isinstance(value, (int, float)) and kind in ("pos", "nonneg", "frac", "frac_open0", "frac_open1", "pue",
                                                     "optpos", "optnonneg", "overlap"):
@@ -116,7 +121,7 @@ def _extremes(kind: str) -> list:
     """Finite values far outside any real run: a finite result or a labkit ValueError, never inf."""
     if kind in ("pos", "optpos", "nonneg", "optnonneg"):
         return [1e300, 1e-300, 5e-324]
-    if kind in ("count", "optcount", "count0", "numels"):
+    if kind in ("count", "optcount", "count0", "numels", "whole", "optwhole"):
         return [2**40, 2**62]
     return []
 
@@ -339,6 +344,33 @@ def _specs() -> list[Spec]:
                   source="str", note="str", aliases="strs")),
         Spec("hardware.DeviceSpec.peak", SPEC_H100.peak, dict(dtype="bf16"), dict(dtype="choice")),
         Spec("hardware.DeviceSpec.ridge_point", SPEC_H100.ridge_point, dict(dtype="fp8"), dict(dtype="choice")),
+        # ---- issue #17 (appended: rows above keep their seeded mixes)
+        Spec("mfu.mfu_from_flops", m.mfu_from_flops, dict(achieved_flops_per_device=4e14, peak_flops=989e12),
+             dict(achieved_flops_per_device="pos", peak_flops="pos")),
+        Spec("mfu.hfu_from_flops", m.hfu_from_flops,
+             dict(achieved_hardware_flops_per_device=4.5e14, peak_flops=989e12),
+             dict(achieved_hardware_flops_per_device="pos", peak_flops="pos")),
+        # ---- shapes (transformers configs, FLOPs from a bare N)
+        Spec("shapes.from_hf_config", labkit.shapes.from_hf_config,
+             dict(cfg=dict(model_type="llama", hidden_size=64, intermediate_size=224, num_hidden_layers=2,
+                           num_attention_heads=8, num_key_value_heads=2, vocab_size=512,
+                           max_position_embeddings=32), seq_len=None),
+             dict(cfg="obj", seq_len="optcount")),
+        Spec("shapes.flops_per_token_from_params", labkit.shapes.flops_per_token_from_params,
+             dict(n_params=7.5e9, convention="6N"), dict(n_params="pos", convention="choice")),
+        # ---- batch
+        Spec("batch.sequences_per_step", labkit.batch.sequences_per_step, dict(micro_batch=12, n_ranks=8, accum_steps=5),
+             dict(micro_batch="count", n_ranks="count", accum_steps="count")),
+        Spec("batch.tokens_per_step", labkit.batch.tokens_per_step,
+             dict(micro_batch=12, seq_len=1024, n_ranks=8, accum_steps=5),
+             dict(micro_batch="count", seq_len="count", n_ranks="count", accum_steps="count")),
+        Spec("batch.accum_steps", labkit.batch.accum_steps,
+             dict(micro_batch=12, n_ranks=8, seq_len=1024, global_tokens=491_520, global_sequences=None),
+             dict(micro_batch="count", n_ranks="count", seq_len="optcount", global_tokens="optwhole",
+                  global_sequences="optwhole")),
+        Spec("batch.accum_steps(sequences)", labkit.batch.accum_steps,
+             dict(micro_batch=2, n_ranks=64, global_sequences=1024),
+             dict(micro_batch="count", n_ranks="count", global_sequences="whole")),
     ]
 
 
@@ -346,7 +378,7 @@ SPECS = _specs()
 
 # Public callables that measure (time the device, launch ranks, count a live model) or only hold results:
 # not fuzzed here with valid values (that would run them); their early refusals are tested below.
-MEASURES = {"flops.count_flops", "scaling.measure_scaling", "roofline.time_matmul", "roofline.sweep_matmul"}
+MEASURES = {"flops.count_flops", "shapes.compare", "scaling.measure_scaling", "roofline.time_matmul", "roofline.sweep_matmul"}
 RESULTS = {"flops.FlopCount", "cost.TrainingCost", "roofline.MatmulTiming", "memory.estimate.MemoryBreakdown"}
 
 
@@ -546,6 +578,10 @@ def fuzz_case_count() -> int:
 @pytest.mark.parametrize("call,param", [
     (lambda: labkit.flops.count_flops(lambda x: x, 1, backward="False"), "backward"),
     (lambda: labkit.flops.count_flops("model", 1), "model"),
+    (lambda: labkit.shapes.compare(lambda x: x, 1, "gpt2-124m"), "shape"),
+    (lambda: labkit.shapes.compare(lambda x: x, 1, SHAPE, method="6n"), "method"),
+    (lambda: labkit.shapes.compare(lambda x: x, 1, SHAPE), "tokens"),
+    (lambda: labkit.shapes.compare(lambda x: x, 1, SHAPE, tokens=0), "tokens"),
     (lambda: labkit.scaling.measure_scaling(None, nprocs=(1, 2.5)), "nprocs"),
     (lambda: labkit.scaling.measure_scaling(None, nprocs="12"), "nprocs"),
     (lambda: labkit.scaling.measure_scaling(None, mode="fast"), "mode"),

@@ -5,6 +5,7 @@ Examples::
     labkit diagnose                               # default workload: labkit.train, DDP on 2 gloo ranks
     labkit diagnose --inject data                 # a known bottleneck, injected (labkit.diagnose.workloads)
     labkit diagnose --record run.json --trace traces/ --json
+    labkit diagnose --trace traces/ --tokens-per-step 524288 --flops-per-token 7.5e8 --peak-tflops 989
 
 ``--inject data|compute|comm|memory`` runs the reference trainer with that bottleneck injected
 (:mod:`labkit.diagnose.workloads`, :mod:`labkit.train.inject`); without it the default workload is
@@ -30,6 +31,9 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=int, default=6, help="steps of the workload (default 6)")
     p.add_argument("--out", help="folder for the traces and record (default: a temp folder)")
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    from labkit.cli import _model_flops
+
+    _model_flops.add(p)
     p.set_defaults(func=_run)
 
 
@@ -60,6 +64,12 @@ def _run(args) -> int:
         raise ValueError(f"--nprocs={args.nprocs} and --steps={args.steps} must be >= 1")
     if args.record and args.inject:
         raise ValueError("--record reads a finished run; it cannot be combined with --inject")
+    from labkit.cli import _model_flops
+
+    if _model_flops.given(args) and (not args.trace or args.inject):
+        raise ValueError("--tokens-per-step/--flops-per-token/--model-config/--peak-tflops describe the run of "
+                         "--trace (a foreign trace); they need --trace and no --inject")
+    mfu_kw = _model_flops.resolve(args)
     trace_path = args.trace
     # a malformed record surfaces as an AttributeError deep inside (record.extra a list, say): its file
     # is named; a trace's errors name the trace
@@ -95,7 +105,7 @@ def _run(args) -> int:
         trace = analyze(trace_path) if trace_path else None
     with about_record:
         if trace is not None:
-            trace.update_record(record)
+            trace.update_record(record, **mfu_kw)
         if not args.record and (args.inject or not args.trace):
             record.save(f"{trace_path}/record.json")      # with the trace's utilisation and wait shares
         d = diagnose(record, trace)

@@ -4,6 +4,8 @@ Examples::
 
     labkit trace analyze build/work/traces/            # a folder of per-rank traces
     labkit trace analyze rank0.pt.trace.json.gz --json --steps 3 4
+    labkit trace analyze traces/ --tokens-per-step 524288 --model-config gpt2/config.json --seq-len 1024 \
+                         --peak-tflops 989       # MFU of a foreign trace
     labkit trace hta ../shared/peer-traces/trace_filter_sampled_rank-0.json.gz   # HTA's definitions
     labkit trace synth out/ --ranks 2 --straggler-rank 1 --straggler-us 700
 
@@ -24,6 +26,9 @@ def register(subparsers) -> None:
     a.add_argument("--json", action="store_true", help="print JSON instead of the text summary")
     a.add_argument("--allow-mixed", action="store_true",
                    help="analyse a folder whose files look like different runs (refused by default)")
+    from labkit.cli import _model_flops
+
+    _model_flops.add(a)
     a.set_defaults(func=_analyze)
     h = sub.add_parser("hta", help="temporal breakdown and comm/compute overlap in HTA 0.5.0's definitions")
     h.add_argument("path")
@@ -43,12 +48,22 @@ def register(subparsers) -> None:
 
 
 def _analyze(args) -> int:
+    from labkit.cli import _model_flops
     from labkit.cli._io import naming
+    from labkit.record import RunRecord
     from labkit.trace.analysis import analyze
 
+    mfu_kw = _model_flops.resolve(args)           # a bad --model-config is named before the trace is read
     with naming(args.path, "trace"):
         res = analyze(args.path, steps=args.steps, allow_mixed=args.allow_mixed)
-    print(json.dumps(res.to_dict(), indent=2) if args.json else res.summary())
+    record = res.update_record(RunRecord(label="trace"), **mfu_kw) if mfu_kw else None
+    if args.json:
+        doc = res.to_dict()
+        if record is not None:
+            doc["record"] = record.to_dict()
+        print(json.dumps(doc, indent=2))
+    else:
+        print("\n".join([res.summary(), *(_model_flops.lines(record) if record is not None else [])]))
     return 0
 
 

@@ -132,7 +132,7 @@ class MemoryBreakdown:
 def _numels(n_params, name: str = "n_params") -> list:
     """Parameter element counts from an int, a list of shapes/numels or an nn.Module (deduplicated).
 
-    An int (NumPy ints too) is a count Ψ >= 0; a list holds counts or shapes (tuples of ints >= 0)."""
+    An int (NumPy ints too) or an integral float (7.5e9) is a count Ψ >= 0; a list holds counts or shapes (tuples of ints >= 0)."""
     if hasattr(n_params, "parameters"):
         seen, out = set(), []
         for p in n_params.parameters():
@@ -148,9 +148,10 @@ def _numels(n_params, name: str = "n_params") -> list:
             else:
                 out.append(checks.count(f"{name}[{i}]", item, at_least=0))
         return out
-    if isinstance(n_params, numbers.Integral) and not isinstance(n_params, bool):
-        return [checks.count(name, n_params, at_least=0)]
-    raise checks.ArgumentTypeError(f"{name} must be an int >= 0, a list of parameter sizes or an nn.Module, "
+    if isinstance(n_params, numbers.Real) and not isinstance(n_params, bool):   # 7.5e9 is a count; 7.5e9+0.5 is not
+        return [checks.whole(name, n_params, at_least=0, at_most=2**63 - 1)]
+    raise checks.ArgumentTypeError(f"{name} must be an int >= 0 (or an integral float such as 7.5e9), a list of "
+                                   f"parameter sizes or an nn.Module, "
                                    f"got {type(n_params).__name__} {n_params!r:.60}")
 
 

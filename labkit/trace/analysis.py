@@ -127,16 +127,52 @@ class TraceAnalysis:
         t["share"] = t["total_s"] / tot if tot else 0.0
         return t
 
-    def update_record(self, record):
-        """Fill ``utilisation``, ``comm_wait_share`` and ``data_wait_share`` of a RunRecord (in place;
-        returns it) and note the trace in ``record.extra["trace"]``.
+    def step_times(self):
+        """Seconds per selected step, the slowest rank's (a synchronous step ends when the last rank
+        does); one value for the whole window when the trace has no ``ProfilerStep``.
 
         Taught in chapter 14 (the baseline record).
         """
-        from labkit.record import RunRecord
+        per = self.step_breakdown.groupby("step")["total"].max()
+        return [float(v) for v in per.to_numpy()]
+
+    def update_record(self, record, *, tokens_per_step=None, flops_per_token=None, peak_flops=None,
+                      n_devices=None, peak_source: str = "user"):
+        """Fill ``utilisation``, ``comm_wait_share`` and ``data_wait_share`` of a RunRecord (in place;
+        returns it) and note the trace in ``record.extra["trace"]``.
+
+        A foreign trace has no FLOP count: give ``tokens_per_step`` (global, unpadded) and the record
+        also gets the trace's ``step_time`` (:meth:`step_times`) and ``tokens_per_s``; add
+        ``flops_per_token`` (model FLOPs, e.g. :func:`labkit.shapes.from_hf_config` then
+        :func:`labkit.flops.model_flops_per_token`) and ``peak_flops`` (per device) and it gets ``mfu``
+        (:func:`labkit.mfu.mfu`; ``n_devices`` defaults to the ranks in the trace).
+
+        Taught in chapter 14 (the baseline record).
+        """
+        from labkit import mfu as M
+        from labkit.record import RunRecord, Stat
 
         if not isinstance(record, RunRecord):
             raise TypeError(f"record must be a labkit.record.RunRecord, got {type(record).__name__}")
+        if tokens_per_step is None and (flops_per_token is not None or peak_flops is not None):
+            raise ValueError("tokens_per_step is needed with flops_per_token/peak_flops: MFU needs tokens/s, "
+                             "and the trace gives only the step time")
+        if (flops_per_token is None) != (peak_flops is None):
+            raise ValueError(f"flops_per_token={flops_per_token!r}, peak_flops={peak_flops!r}: MFU needs both")
+        if tokens_per_step is not None:
+            tokens = checks.whole("tokens_per_step", tokens_per_step)
+            n = len(self.ranks) if n_devices is None else checks.count("n_devices", n_devices)
+            steps = self.step_times()
+            stat = Stat.of(steps)
+            tps = M.step_tokens_per_s(tokens, stat.mean)
+            u = None
+            if flops_per_token is not None:
+                u = M.mfu(tokens_per_s=tps, flops_per_token=flops_per_token, n_devices=n, peak_flops=peak_flops)
+            record.step_time, record.tokens_per_step, record.tokens_per_s, record.n_devices = stat, tokens, tps, n
+            if u is not None:
+                record.model_flops_per_token, record.peak_flops, record.peak_source = (
+                    float(flops_per_token), float(peak_flops), peak_source)
+                record.mfu = u
         record.utilisation = self.utilisation
         record.comm_wait_share = self.comm_wait_share
         record.data_wait_share = self.data_wait_share
