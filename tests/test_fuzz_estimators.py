@@ -34,6 +34,7 @@ import labkit.comm.models
 import labkit.cost
 import labkit.flops
 import labkit.hardware.catalogue
+import labkit.memory.deepspeed
 import labkit.memory.estimate
 import labkit.mfu
 import labkit.model_config
@@ -47,7 +48,8 @@ from labkit.model_config import GPTConfig
 from labkit.perf.steptime import StepParts
 
 MODULES = [labkit.flops, labkit.model_config, labkit.mfu, labkit.cost, labkit.scaling, labkit.roofline,
-           labkit.perf.steptime, labkit.memory.estimate, labkit.comm.models, labkit.hardware.catalogue]
+           labkit.perf.steptime, labkit.memory.estimate, labkit.memory.deepspeed, labkit.comm.models,
+           labkit.hardware.catalogue]
 LABKIT_DIR = os.path.dirname(labkit.__file__)
 NAN, INF = float("nan"), float("inf")
 
@@ -296,6 +298,20 @@ def _specs() -> list[Spec]:
         Spec("memory.comm_buffer_bytes(ddp)", me.comm_buffer_bytes,
              dict(n_params=10**8, strategy="ddp", bucket_cap_mb=25.0, unit_params=None),
              dict(n_params="numels", bucket_cap_mb="pos", unit_params="optcount")),
+        # ---- memory.deepspeed
+        Spec("memory.deepspeed_zero2_estimate", labkit.memory.deepspeed.deepspeed_zero2_estimate,
+             dict(total_params=2851e6, num_gpus_per_node=8, num_nodes=2, additional_buffer_factor=1.5, legacy=False),
+             dict(total_params="pos", num_gpus_per_node="count", num_nodes="count", additional_buffer_factor="pos",
+                  legacy="flag")),
+        Spec("memory.deepspeed_zero3_estimate", labkit.memory.deepspeed.deepspeed_zero3_estimate,
+             dict(total_params=2851e6, largest_layer_params=32e6, num_gpus_per_node=8, num_nodes=2,
+                  additional_buffer_factor=1.5),
+             dict(total_params="pos", largest_layer_params="nonneg", num_gpus_per_node="count", num_nodes="count",
+                  additional_buffer_factor="pos")),
+        Spec("memory.deepspeed.compare_with_labkit", labkit.memory.deepspeed.compare_with_labkit,
+             dict(total_params=2851e6, num_gpus_per_node=8, num_nodes=1, stage=3, largest_layer_params=32e6),
+             dict(total_params="pos", num_gpus_per_node="count", num_nodes="count", stage="choice",
+                  largest_layer_params="nonneg")),
         # ---- comm.models
         Spec("comm.canonical_op", cm.canonical_op, dict(op="allreduce"), dict(op="choice")),
         Spec("comm.bus_factor", cm.bus_factor, dict(op="all_gather", nranks=8), dict(op="choice", nranks="count")),
@@ -346,8 +362,10 @@ SPECS = _specs()
 
 # Public callables that measure (time the device, launch ranks, count a live model) or only hold results:
 # not fuzzed here with valid values (that would run them); their early refusals are tested below.
-MEASURES = {"flops.count_flops", "scaling.measure_scaling", "roofline.time_matmul", "roofline.sweep_matmul"}
-RESULTS = {"flops.FlopCount", "cost.TrainingCost", "roofline.MatmulTiming", "memory.estimate.MemoryBreakdown"}
+MEASURES = {"flops.count_flops", "scaling.measure_scaling", "roofline.time_matmul", "roofline.sweep_matmul",
+            "memory.deepspeed.deepspeed_params"}
+RESULTS = {"flops.FlopCount", "cost.TrainingCost", "roofline.MatmulTiming", "memory.estimate.MemoryBreakdown",
+           "memory.deepspeed.DeepSpeedRow", "memory.deepspeed.DeepSpeedEstimate"}
 
 
 def _public_callables() -> dict[str, object]:
@@ -546,6 +564,7 @@ def fuzz_case_count() -> int:
 @pytest.mark.parametrize("call,param", [
     (lambda: labkit.flops.count_flops(lambda x: x, 1, backward="False"), "backward"),
     (lambda: labkit.flops.count_flops("model", 1), "model"),
+    (lambda: labkit.memory.deepspeed.deepspeed_params("model"), "model"),
     (lambda: labkit.scaling.measure_scaling(None, nprocs=(1, 2.5)), "nprocs"),
     (lambda: labkit.scaling.measure_scaling(None, nprocs="12"), "nprocs"),
     (lambda: labkit.scaling.measure_scaling(None, mode="fast"), "mode"),
