@@ -348,6 +348,9 @@ def _specs() -> list[Spec]:
         Spec("hardware.normalize_dtype", hw.normalize_dtype, dict(dtype="bfloat16"), dict(dtype="choice")),
         Spec("hardware.known_devices", hw.known_devices, {}),
         Spec("hardware.lookup", hw.lookup, dict(name="NVIDIA H100 80GB HBM3"), dict(name="choice")),
+        Spec("hardware.family", hw.family, dict(name="A100"), dict(name="choice")),
+        Spec("hardware.lookup_peak", hw.lookup_peak, dict(name="V100 SXM2", dtype="fp16"),
+             dict(name="choice", dtype="choice")),
         Spec("hardware.DeviceSpec", DeviceSpec,
              dict(name="X1", vendor="acme", peak_flops={"bf16": 1e15}, memory_bytes=2**34, memory_bw=2e12,
                   source="datasheet", aliases=("acme x1",), note=""),
@@ -365,7 +368,7 @@ SPECS = _specs()
 MEASURES = {"flops.count_flops", "scaling.measure_scaling", "roofline.time_matmul", "roofline.sweep_matmul",
             "memory.deepspeed.deepspeed_params"}
 RESULTS = {"flops.FlopCount", "cost.TrainingCost", "roofline.MatmulTiming", "memory.estimate.MemoryBreakdown",
-           "memory.deepspeed.DeepSpeedRow", "memory.deepspeed.DeepSpeedEstimate"}
+           "memory.deepspeed.DeepSpeedRow", "memory.deepspeed.DeepSpeedEstimate", "hardware.catalogue.DeviceFamily"}
 
 
 def _public_callables() -> dict[str, object]:
