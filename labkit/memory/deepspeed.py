@@ -19,7 +19,8 @@ ZeRO-2 (optimizer states and gradients partitioned, fp16 parameters replicated):
   charged 4Ψ + ⌊16Ψ/N⌋ here; its documentation's printed example (``docs/code-docs/source/memory.rst``,
   t5-3b on 1 node × 8 GPUs) was made with that formula: ``legacy=True`` reproduces it.
 
-ZeRO-3 (parameters partitioned too; the largest layer is gathered whole: 4L bytes, fp16 params + grads):
+ZeRO-3 (parameters partitioned too; the largest layer is gathered whole: 4L bytes — DeepSpeed gives no breakdown;
+our reading: its fp16 parameters and fp16 gradients):
 
 - parameters and optimizer offloaded: GPU 4L; CPU Ψ·18·f/n with ``zero_init``, else Ψ·max(4g, 18/n)·f;
 - optimizer offloaded only: GPU 4L + ⌊2Ψ/N⌋; CPU Ψ·16·f/n with ``zero_init``, else Ψ·max(4g, 16/n)·f;
