@@ -89,9 +89,17 @@ def test_mfu_shape_megatron_causal(capsys):
     assert "causal" in r["formula"] and 0 < r["mfu"] < 1
 
 
+def test_mfu_family_device_name_when_all_parts_agree(capsys):
+    """issue #17: "--device A100" names four parts with one bf16 peak: it answers, and says which parts."""
+    assert main(["mfu", "--model", "gpt2-124m", "--tokens-per-s", "1e5", "--device", "A100", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["peak_flops"] == 312e12 and r["peak_source"].startswith("catalogue:A100 = A100-SXM-40GB|")
+
+
 @pytest.mark.parametrize(("argv", "match"), [
     (["--model", "gpt2-124m", "--tokens-per-s", "1.2e7", "--device", "A100-SXM-80GB"], "> 100%"),
-    (["--model", "gpt2-124m", "--tokens-per-s", "1e3", "--device", "A100"], "near candidates"),
+    (["--model", "gpt2-124m", "--tokens-per-s", "1e3", "--device", "H100"], "H100-PCIe 756.5 TFLOP/s"),
+    (["--model", "gpt2-124m", "--tokens-per-s", "1e3", "--device", "A100-SXM4-40GB-X"], "near candidates"),
     (["--model", "gpt2-124m", "--tokens-per-s", "1e3", "--device", "V100-SXM2-16GB"], "dtype='bf16'"),
     (["--params", "1e9", "--model", "gpt2-124m", "--tokens-per-s", "1", "--peak-tflops", "1"], "exactly one"),
     (["--params", "1e9", "--tokens-per-s", "1", "--peak-tflops", "1", "--recompute", "selective"], "selective"),

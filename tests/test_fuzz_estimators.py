@@ -35,6 +35,7 @@ import labkit.comm.models
 import labkit.cost
 import labkit.flops
 import labkit.hardware.catalogue
+import labkit.memory.deepspeed
 import labkit.memory.estimate
 import labkit.mfu
 import labkit.model_config
@@ -48,8 +49,9 @@ from labkit.hardware.catalogue import DeviceSpec
 from labkit.model_config import GPTConfig
 from labkit.perf.steptime import StepParts
 
-MODULES = [labkit.flops, labkit.shapes, labkit.batch, labkit.model_config, labkit.mfu, labkit.cost, labkit.scaling, labkit.roofline,
-           labkit.perf.steptime, labkit.memory.estimate, labkit.comm.models, labkit.hardware.catalogue]
+MODULES = [labkit.flops, labkit.shapes, labkit.batch, labkit.model_config, labkit.mfu, labkit.cost, labkit.scaling,
+           labkit.roofline, labkit.perf.steptime, labkit.memory.estimate, labkit.memory.deepspeed, labkit.comm.models,
+           labkit.hardware.catalogue]
 LABKIT_DIR = os.path.dirname(labkit.__file__)
 NAN, INF = float("nan"), float("inf")
 
@@ -301,6 +303,20 @@ def _specs() -> list[Spec]:
         Spec("memory.comm_buffer_bytes(ddp)", me.comm_buffer_bytes,
              dict(n_params=10**8, strategy="ddp", bucket_cap_mb=25.0, unit_params=None),
              dict(n_params="numels", bucket_cap_mb="pos", unit_params="optcount")),
+        # ---- memory.deepspeed
+        Spec("memory.deepspeed_zero2_estimate", labkit.memory.deepspeed.deepspeed_zero2_estimate,
+             dict(total_params=2851e6, num_gpus_per_node=8, num_nodes=2, additional_buffer_factor=1.5, legacy=False),
+             dict(total_params="pos", num_gpus_per_node="count", num_nodes="count", additional_buffer_factor="pos",
+                  legacy="flag")),
+        Spec("memory.deepspeed_zero3_estimate", labkit.memory.deepspeed.deepspeed_zero3_estimate,
+             dict(total_params=2851e6, largest_layer_params=32e6, num_gpus_per_node=8, num_nodes=2,
+                  additional_buffer_factor=1.5),
+             dict(total_params="pos", largest_layer_params="nonneg", num_gpus_per_node="count", num_nodes="count",
+                  additional_buffer_factor="pos")),
+        Spec("memory.deepspeed.compare_with_labkit", labkit.memory.deepspeed.compare_with_labkit,
+             dict(total_params=2851e6, num_gpus_per_node=8, num_nodes=1, stage=3, largest_layer_params=32e6),
+             dict(total_params="pos", num_gpus_per_node="count", num_nodes="count", stage="choice",
+                  largest_layer_params="nonneg")),
         # ---- comm.models
         Spec("comm.canonical_op", cm.canonical_op, dict(op="allreduce"), dict(op="choice")),
         Spec("comm.bus_factor", cm.bus_factor, dict(op="all_gather", nranks=8), dict(op="choice", nranks="count")),
@@ -337,6 +353,9 @@ def _specs() -> list[Spec]:
         Spec("hardware.normalize_dtype", hw.normalize_dtype, dict(dtype="bfloat16"), dict(dtype="choice")),
         Spec("hardware.known_devices", hw.known_devices, {}),
         Spec("hardware.lookup", hw.lookup, dict(name="NVIDIA H100 80GB HBM3"), dict(name="choice")),
+        Spec("hardware.family", hw.family, dict(name="A100"), dict(name="choice")),
+        Spec("hardware.lookup_peak", hw.lookup_peak, dict(name="V100 SXM2", dtype="fp16"),
+             dict(name="choice", dtype="choice")),
         Spec("hardware.DeviceSpec", DeviceSpec,
              dict(name="X1", vendor="acme", peak_flops={"bf16": 1e15}, memory_bytes=2**34, memory_bw=2e12,
                   source="datasheet", aliases=("acme x1",), note=""),
@@ -378,8 +397,10 @@ SPECS = _specs()
 
 # Public callables that measure (time the device, launch ranks, count a live model) or only hold results:
 # not fuzzed here with valid values (that would run them); their early refusals are tested below.
-MEASURES = {"flops.count_flops", "shapes.compare", "scaling.measure_scaling", "roofline.time_matmul", "roofline.sweep_matmul"}
-RESULTS = {"flops.FlopCount", "cost.TrainingCost", "roofline.MatmulTiming", "memory.estimate.MemoryBreakdown"}
+MEASURES = {"flops.count_flops", "shapes.compare", "scaling.measure_scaling", "roofline.time_matmul",
+            "roofline.sweep_matmul", "memory.deepspeed.deepspeed_params"}
+RESULTS = {"flops.FlopCount", "cost.TrainingCost", "roofline.MatmulTiming", "memory.estimate.MemoryBreakdown",
+           "memory.deepspeed.DeepSpeedRow", "memory.deepspeed.DeepSpeedEstimate", "hardware.catalogue.DeviceFamily"}
 
 
 def _public_callables() -> dict[str, object]:
@@ -582,6 +603,7 @@ def fuzz_case_count() -> int:
     (lambda: labkit.shapes.compare(lambda x: x, 1, SHAPE, method="6n"), "method"),
     (lambda: labkit.shapes.compare(lambda x: x, 1, SHAPE), "tokens"),
     (lambda: labkit.shapes.compare(lambda x: x, 1, SHAPE, tokens=0), "tokens"),
+    (lambda: labkit.memory.deepspeed.deepspeed_params("model"), "model"),
     (lambda: labkit.scaling.measure_scaling(None, nprocs=(1, 2.5)), "nprocs"),
     (lambda: labkit.scaling.measure_scaling(None, nprocs="12"), "nprocs"),
     (lambda: labkit.scaling.measure_scaling(None, mode="fast"), "mode"),

@@ -36,6 +36,10 @@ REAL_NAMES = [
     ("AMD Instinct MI355X", "MI355X"),
     ("AMD Instinct MI250X/MI250", "MI250X-GCD"),
     ("AMD Instinct MI250X", "MI250X-GCD"),
+    # nvidia-smi's name column on those cards (e.g. gist.github.com/bigsnarfdude/1eb47ee4959eee5b1217c893ba91e4bf;
+    # the "Model" column of huggingface.co/datasets/ohdoking/gpu_spec)
+    ("NVIDIA RTX A6000", "RTX-A6000"),
+    ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"),
 ]
 
 
@@ -53,7 +57,7 @@ def test_no_part_is_mistaken_for_a_neighbour():
     assert len(peaks) == len({p for _, p in REAL_NAMES})
 
 
-@pytest.mark.parametrize("name", ["NVIDIA H100", "A100", "NVIDIA H20", "NVIDIA GH200", "NVIDIA L40",
+@pytest.mark.parametrize("name", ["NVIDIA H100", "A100", "NVIDIA H10", "NVIDIA GH200", "NVIDIA L40",
                                   "NVIDIA H800", "AMD Instinct MI308X", "Radeon RX 7900"])
 def test_ambiguous_or_unknown_names_raise_listing_known_parts(name):
     with pytest.raises(ValueError) as e:
@@ -91,7 +95,7 @@ def test_required_parts_present_with_sources_and_dense_peaks():
         spec = hw.CATALOGUE[n]
         assert "http" in spec.source, n
         assert spec.memory_bytes > 0 and spec.memory_bw > 0
-        assert set(spec.peak_flops) <= set(hw.DTYPES)
+        assert set(spec.peak_flops) <= set(hw.PEAK_KEYS)      # the dtypes, fp64_tensor, *_sparse
         assert "fp32" in spec.peak_flops
     # dense values from the datasheets (sparse figures halved):
     assert hw.lookup("H100-SXM").peak("bf16") == pytest.approx(989.5e12)   # 1979* with sparsity
@@ -102,6 +106,69 @@ def test_required_parts_present_with_sources_and_dense_peaks():
     assert hw.lookup("H200-SXM").memory_bw == pytest.approx(4.8e12)
     # one MI250X GCD (one torch device) is half the module
     assert hw.lookup("MI250X-GCD").peak("bf16") * 2 == pytest.approx(hw.lookup("MI250X-OAM").peak("bf16"))
+
+
+def test_new_parts_with_their_datasheet_figures():
+    gb200, h20, a6000 = hw.lookup("NVIDIA GB200"), hw.lookup("NVIDIA H20"), hw.lookup("NVIDIA RTX A6000")
+    assert gb200.peak("bf16") == pytest.approx(2500e12) and gb200.peak("bf16_sparse") == pytest.approx(5000e12)
+    assert gb200.peak("fp8") == pytest.approx(5000e12) and gb200.peak("fp64") == pytest.approx(45e12)
+    assert gb200.memory_bw == pytest.approx(8e12) and "gb200-nvl72" in gb200.source
+    assert h20.peak("bf16") == pytest.approx(148e12) and h20.memory_bw == pytest.approx(4e12)
+    assert "no public H20 datasheet" in h20.source and "fp8" not in h20.peak_flops     # not found: left out
+    assert a6000.peak("fp16") == pytest.approx(154.8e12) and a6000.peak("fp32") == pytest.approx(38.7e12)
+    assert a6000.memory_bw == pytest.approx(768e9) and "tf32" not in a6000.peak_flops
+    assert hw.lookup("NVIDIA L40S").peak("bf16_sparse") == pytest.approx(724e12)
+    assert hw.lookup("RTX 6000 Ada").peak("fp32") == pytest.approx(91.1e12)
+    for part in ("GB200", "H20", "RTX-A6000", "RTX-6000-Ada", "L40S"):
+        assert "http" in hw.CATALOGUE[part].source
+
+
+def test_each_key_is_documented_tensor_fp64_split_and_dense_is_the_default():
+    doc = catalogue.__doc__
+    for key in ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "<dtype>_sparse"):
+        assert f"``{key}``" in doc, key
+    assert "**dense**" in doc and "**vector**" in doc
+    for spec in hw.CATALOGUE.values():
+        assert set(spec.peak_flops) <= set(hw.PEAK_KEYS), spec.name
+        for d in ("tf32", "bf16", "fp16", "fp8", "int8"):       # a sparse figure is twice its dense one
+            if f"{d}_sparse" in spec.peak_flops:
+                assert spec.peak_flops[f"{d}_sparse"] == 2 * spec.peak(d)
+    a100, h100 = hw.lookup("A100-SXM-80GB"), hw.lookup("H100-SXM")
+    assert (a100.peak("fp64"), a100.peak("fp64_tensor")) == (9.7e12, 19.5e12)      # vector vs tensor core
+    assert (h100.peak("fp64"), h100.peak("fp64_tensor")) == (34e12, 67e12)
+    assert h100.peak("bf16") == h100.peak("torch.bfloat16") == 989.5e12            # dense for a dtype
+    assert h100.peak("BF16_SPARSE") == 1979e12
+    assert hw.lookup("MI300X").peak("fp64_tensor") == pytest.approx(163.4e12) and "fp64" not in \
+        hw.lookup("MI300X").peak_flops                                           # vector figure not catalogued
+
+
+def test_family_names_answer_when_all_parts_agree():
+    assert hw.lookup_peak("A100", "bf16") == 312e12
+    assert hw.lookup_peak("A100", "fp64") == 9.7e12
+    assert hw.lookup_peak("V100 SXM2", "fp16") == 125e12
+    assert hw.lookup_peak("NVIDIA GH200", "bf16") == 989.5e12
+    assert hw.family("A100").names == ["A100-SXM-40GB", "A100-SXM-80GB", "A100-PCIe-40GB", "A100-PCIe-80GB"]
+    assert hw.family("NVIDIA H100 80GB HBM3").names == ["H100-SXM"]                 # an exact name: one part
+    assert hw.lookup_peak("H100-SXM", "fp8") == 1979e12
+
+
+def test_family_names_that_disagree_list_each_part_with_its_figure():
+    with pytest.raises(ValueError, match=r"name='H100'.*H100-SXM 989.5 TFLOP/s.*H100-PCIe 756.5.*H100-NVL 835.5"):
+        hw.lookup_peak("H100", "bf16")
+    with pytest.raises(ValueError, match=r"V100-SXM2-16GB 7.8 TFLOP/s.*V100-PCIe-16GB 7 TFLOP/s"):
+        hw.lookup_peak("V100", "fp64")
+    with pytest.raises(ValueError, match=r"A100-SXM-40GB \(none\)"):                # no part has it
+        hw.lookup_peak("A100", "fp8")
+    with pytest.raises(ValueError, match="names a family of 4 parts.*lookup_peak"):
+        hw.lookup("A100")                      # one part is needed for memory and bandwidth
+    with pytest.raises(ValueError, match="Known parts"):
+        hw.lookup_peak("NVIDIA H800", "bf16")
+    with pytest.raises(ValueError, match="name"):
+        hw.lookup_peak(3, "bf16")
+    with pytest.raises(ValueError, match="name"):
+        hw.family("NVIDIA")                    # vendor words only: names no part
+    with pytest.raises(ValueError, match="dtype='bf17'"):
+        hw.lookup_peak("A100", "bf17")
 
 
 def test_peak_for_missing_dtype_names_the_dtypes_it_has():
@@ -126,8 +193,11 @@ def test_resolve_peak_order_user_catalogue_measured():
     assert hw.resolve_peak("cpu", "fp32") == (peak, src)          # cached per process
     with pytest.raises(ValueError, match="peak_flops"):
         hw.resolve_peak("cpu", "fp32", peak_flops=0)
-    with pytest.raises(ValueError, match="near candidates"):
-        hw.resolve_peak("A100", "bf16")
+    # a family name answers when all its parts agree, and lists them with their figures when not
+    assert hw.resolve_peak("A100", "bf16") == (312e12, "catalogue:A100 = A100-SXM-40GB|A100-SXM-80GB|"
+                                                       "A100-PCIe-40GB|A100-PCIe-80GB")
+    with pytest.raises(ValueError, match="H100-SXM 989.5 TFLOP/s, H100-PCIe 756.5 TFLOP/s, H100-NVL 835.5"):
+        hw.resolve_peak("NVIDIA H100", "bf16")
 
 
 def test_measure_matmul_peak_cpu_is_real_and_time_boxed():

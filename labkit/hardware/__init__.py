@@ -2,9 +2,11 @@
 
 MFU divides achieved FLOP/s by a *peak*; this package says which peak, and where it came from:
 
-- :mod:`labkit.hardware.catalogue` — :class:`DeviceSpec` and the datasheet table (dense peaks per
-  dtype, memory, bandwidth, cited sources), :func:`lookup` by exact token sets (never substrings),
-  :func:`known_devices`, :func:`normalize_dtype`. Torch-free.
+- :mod:`labkit.hardware.catalogue` — :class:`DeviceSpec` (dense peaks per dtype, plus ``fp64_tensor``
+  and ``*_sparse`` by name, memory, bandwidth, cited sources; the rows live in
+  :mod:`labkit.hardware.datasheets`), :func:`lookup` by exact token sets (never substrings),
+  :func:`family` / :func:`lookup_peak` for family names ("A100"), :func:`known_devices`,
+  :func:`normalize_dtype`. Torch-free.
 - :mod:`labkit.hardware.measure` — :func:`resolve_device`, :func:`time_fn`, the matmul-peak and
   bandwidth measurements.
 - :mod:`labkit.hardware.calibration` — :func:`calibrate` (this machine's peaks, stored once with their
@@ -21,9 +23,13 @@ from labkit.hardware.calibration import Calibration, best_dtype, calibrate, capa
 from labkit.hardware.catalogue import (
     CATALOGUE,
     DTYPES,
+    PEAK_KEYS,
+    DeviceFamily,
     DeviceSpec,
+    family,
     known_devices,
     lookup,
+    lookup_peak,
     normalize_dtype,
 )
 from labkit.hardware.measure import (
@@ -39,7 +45,8 @@ from labkit.units import TERA as T  # noqa: F401 - old name (labkit.hardware.T);
 
 __all__ = [
     # catalogue
-    "DTYPES", "DeviceSpec", "CATALOGUE", "normalize_dtype", "known_devices", "lookup",
+    "DTYPES", "PEAK_KEYS", "DeviceSpec", "DeviceFamily", "CATALOGUE", "normalize_dtype", "known_devices", "lookup",
+    "family", "lookup_peak",
     # measurement and the peak to divide by
     "resolve_device", "time_fn", "PeakMeasurement", "measure_matmul_peak", "measure_memory_bandwidth",
     "resolve_peak", "remeasure_peak",

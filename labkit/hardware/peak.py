@@ -1,7 +1,7 @@
 """The peak an MFU divides by, and where it came from.
 
 Order (:func:`resolve_peak`): a user value (``"user"``); the datasheet catalogue for a catalogued part
-named directly ("H100-SXM") or for the present GPU (``"catalogue:<name>"``); this machine's stored
+named directly ("H100-SXM"; a family name such as "A100" when all its parts share the peak) or for the present GPU (``"catalogue:<name>"``); this machine's stored
 calibration for the device, dtype and thread count (``"calibrated:…"``, :mod:`labkit.hardware.calibration`),
 re-calibrated first when the conditions it was measured under changed (torch upgraded, other CPU);
 and only when no calibration exists, a live matmul measurement in this process, cached for the rest of
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from labkit import checks
 from labkit.hardware import calibration
-from labkit.hardware.catalogue import lookup, normalize_dtype
+from labkit.hardware.catalogue import family, lookup, normalize_dtype
 from labkit.hardware.measure import PeakMeasurement, measure_matmul_peak, resolve_device
 
 __all__ = ["resolve_peak", "remeasure_peak"]
@@ -44,9 +44,10 @@ def resolve_peak(device="auto", dtype="bf16", peak_flops: float | None = None) -
 
         try:
             torch.device(device)
-        except (RuntimeError, TypeError):      # not a torch device string: a catalogue name
-            spec = lookup(device)
-            return spec.peak(key), f"catalogue:{spec.name}"
+        except (RuntimeError, TypeError):      # not a torch device string: a catalogue name or a family
+            fam = family(device)
+            where = fam.names[0] if len(fam.parts) == 1 else f"{device} = {'|'.join(fam.names)}"
+            return fam.peak(key), f"catalogue:{where}"
     dev = resolve_device(device)
     if dev.type == "cuda":
         import torch

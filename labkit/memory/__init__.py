@@ -3,10 +3,20 @@
 - ``estimate.py`` — the models: ZeRO/FSDP model states (Rajbhandari et al. 2020), activations with
   recomputation (Korthikanti et al. 2022), DDP buckets and FSDP unit buffers, :func:`fmt_bytes`;
 - ``tensors.py`` — exact bytes of live tensors (model state, saved activations);
+- ``deepspeed.py`` — DeepSpeed's ZeRO-2/3 estimators (GPU and CPU bytes per offload option), reproduced
+  and compared with ``estimate.py``'s accounting;
 - ``measure.py`` — predicted vs measured per rank on real ranks of the reference trainer.
 
 Taught in chapter 13 (memory anatomy), chapter 20 (FSDP / ZeRO) and chapter 21 (checkpointing).
 """
+from labkit.memory.deepspeed import (
+    DeepSpeedEstimate,
+    DeepSpeedRow,
+    compare_with_labkit,
+    deepspeed_params,
+    deepspeed_zero2_estimate,
+    deepspeed_zero3_estimate,
+)
 from labkit.memory.estimate import (
     GB,
     OPTIMIZERS,
@@ -26,4 +36,6 @@ from labkit.memory.tensors import measure_activation_bytes, measure_model_state
 
 __all__ = ["GB", "GiB", "STRATEGIES", "PRECISIONS", "OPTIMIZERS", "MemoryBreakdown", "fmt_bytes", "canonical_strategy",
            "model_state_bytes", "activation_bytes", "ddp_bucket_sizes", "comm_buffer_bytes",
+           "DeepSpeedRow", "DeepSpeedEstimate", "deepspeed_zero2_estimate", "deepspeed_zero3_estimate",
+           "deepspeed_params", "compare_with_labkit",
            "measure_model_state", "measure_activation_bytes", "predict_vs_measure", "probe_model_state"]
