@@ -102,3 +102,56 @@ def test_synthetic_generator_is_seeded_and_labelled():
     assert a.splitlines()[0].startswith("# SYNTHETIC")
     with pytest.raises(ValueError, match="fabric='dgx9' unknown"):
         comm.synthetic_nccl_tests("dgx9")
+
+
+# ----------------------------------------------------------------------------- issue #17
+# gather / scatter / hypercube / alltoallv: the *GetBw functions of NVIDIA/nccl-tests src/gather.cu,
+# scatter.cu, hypercube.cu, alltoallv.cu (commit a0b82b2): factor (n-1)/n, (n-1)/n, 1, (n-1)/n.
+@pytest.mark.parametrize("n", [2, 8, 72])
+def test_every_nccl_tests_binary_has_its_factor(n):
+    expected = {"all_reduce_perf": 2 * (n - 1) / n, "all_gather_perf": (n - 1) / n, "reduce_scatter_perf": (n - 1) / n,
+                "broadcast_perf": 1, "reduce_perf": 1, "alltoall_perf": (n - 1) / n, "alltoallv_perf": (n - 1) / n,
+                "sendrecv_perf": 1, "gather_perf": (n - 1) / n, "scatter_perf": (n - 1) / n, "hypercube_perf": 1}
+    assert set(expected) == set(comm.NCCL_TESTS)
+    for binary, factor in expected.items():
+        assert comm.bus_factor(binary, n) == pytest.approx(factor), binary
+        assert comm.bus_factor(comm.NCCL_TESTS[binary], n) == pytest.approx(factor), binary
+    assert set(comm.NCCL_TESTS.values()) == set(comm.ALL_OPS)
+    assert comm.ring_steps("hypercube", 8) == 3 and comm.ring_steps("gather", 8) == 7
+
+
+def test_nvls_link_factor_and_the_busbw_it_explains():
+    # ring: the link carries busbw's factor; NVLS: the switch reduces, each link carries S(1+1/n) each way
+    assert comm.link_factor("all_reduce", 8) == comm.bus_factor("all_reduce", 8)
+    assert comm.link_factor("all_reduce", 8, algorithm="nvls") == pytest.approx(9 / 8)
+    # 8xH100, NVLS on: nccl-tests prints busbw 480 GB/s at algbw 275 GB/s (https://github.com/NVIDIA/nccl/issues/2140);
+    # the bytes each NVLink really carried per second: algbw x link factor = 309 GB/s, under the 450 GB/s link
+    algbw = 275e9
+    assert algbw * comm.bus_factor("all_reduce", 8) == pytest.approx(481e9, rel=0.01)
+    assert algbw * comm.link_factor("all_reduce", 8, algorithm="nvls") == pytest.approx(309e9, rel=0.01)
+    with pytest.raises(ValueError, match="algorithm='sharp' is not valid"):
+        comm.link_factor("all_reduce", 8, algorithm="sharp")
+    with pytest.raises(ValueError, match="algorithm='nvls' with op='all_gather'"):
+        comm.link_factor("all_gather", 8, algorithm="nvls")
+
+
+def test_bytes_of_counts_and_nccl_tests_type_names():
+    # nccl-tests rows: size = count x sizeof(type) (GB200 row above: 134217728 float = 536870912 B)
+    assert comm.bytes_of(134217728, "float") == 536870912
+    assert comm.bytes_of(10, "half") == comm.bytes_of(10, "bfloat16") == 20
+    assert comm.bytes_of(10, "int8") == comm.bytes_of(10, "f8e4m3") == 10
+    assert comm.bytes_of(10, "double") == comm.bytes_of(10, "uint64") == 80
+    assert comm.bytes_of(0, "float") == 0 and comm.bytes_of(3, "torch.bfloat16") == 6
+    with pytest.raises(ValueError, match=r"dtype='fp12' is not valid: choose one of \[.*'bfloat16'"):
+        comm.bytes_of(1, "fp12")
+    with pytest.raises(ValueError, match="count=-1 is not valid: use an int >= 0"):
+        comm.bytes_of(-1, "float")
+    with pytest.raises(ValueError, match="count must be an int"):
+        comm.bytes_of(2.5, "float")
+    with pytest.raises(ValueError, match="dtype must be a str"):
+        comm.bytes_of(1, 4)
+
+
+def test_live_benchmark_refuses_ops_it_cannot_run():
+    with pytest.raises(ValueError, match="'gather' has no torch.distributed benchmark"):
+        comm.benchmark(["gather"], nprocs=2)

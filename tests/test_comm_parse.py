@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+import pandas as pd
 import pytest
 
 from labkit import comm
@@ -61,7 +62,7 @@ def test_new_format_rows_field_by_field():
     assert (row["ip_time_us"], row["ip_algbw"], row["ip_busbw"]) == (1835.9, 292.43, 576.74)
     assert r.rows.iloc[1]["oop_time_us"] == 10094
     assert r.avg_busbw == pytest.approx(745.53)
-    assert r.out_of_bounds == "0 OK"
+    assert (r.out_of_bounds, r.out_of_bounds_status) == (0, "OK")
     # busbw/algbw of a 72-rank all_reduce is nccl-tests' 2(n-1)/n
     assert r.implied_bus_factor().iloc[0] == pytest.approx(comm.bus_factor("all_reduce", 72), rel=1e-3)
     # and algbw = S / t (GB/s = 1e9 B/s, t in us)
@@ -86,11 +87,15 @@ def test_old_formats():
     assert not r.errors and len(r.rows) == 2
     row = r.rows.iloc[1]
     assert (row["size"], row["count"], row["type"], row["redop"]) == (134217728, 16777216, "float", None)
-    assert (row["oop_time_us"], row["oop_busbw"], row["oop_wrong"]) == (3298.6, 20.34, 0.0)
+    # the legacy column is the largest deviation (a float), not a count of wrong elements
+    assert (row["oop_time_us"], row["oop_busbw"], row["oop_error"], row["oop_wrong"]) == (3298.6, 20.34, 0.0, None)
+    assert row["ip_error"] == 0.0 and row["ip_wrong"] is None
+    assert r.format == "old"                   # no header: inferred from the 11 fields
     assert r.avg_busbw == pytest.approx(6.6972)
     r2 = comm.parse_nccl_tests(OLD_HEADER + "\n    1048576   262144   float   sum   47.38  22.13  33.20  0e+00"
                                "   46.84  22.39  33.58  0e+00\n")
     assert r2.format == "old" and r2.rows.iloc[0]["redop"] == "sum" and r2.rows.iloc[0]["root"] is None
+    assert r2.rows.iloc[0]["oop_error"] == 0.0 and r2.rows.iloc[0]["oop_wrong"] is None
 
 
 def test_mixed_line_is_reported_not_fatal():
@@ -257,3 +262,158 @@ def test_parsers_survive_random_mutations(seed):
                                       for i, x in enumerate(topo)))
     assert t.devices                                   # header kept → good rows kept, bad rows reported
     assert len(t.links) + len(t.errors) >= 1
+
+
+# ----------------------------------------------------------------------------- issue #17: real line formats
+# Old nccl-tests (before "Resync with NCCL 2.13", nccl-tests commit 51af557, 2022): the last column of each
+# half is "error", the largest deviation (a float printed %5.0le), not a count of wrong elements.
+# https://github.com/NVIDIA/nccl-tests/issues/176 (128-GPU all_reduce, header with redop, no root)
+OLD_ERROR_HEADER = """\
+#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error
+#        (B)    (elements)                       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+        4096          1024     float     sum    93.73    0.04    0.09  1e-06    93.15    0.04    0.09  1e-06
+"""
+# https://github.com/NVIDIA/nccl-tests/issues/82 (old broadcast: "root" where reductions have "redop",
+# the command line, header, device lines and a WARN line of the same run)
+OLD_BROADCAST = """\
+(base) gandiva@v100-gpu-1:~/nccl-tests$ mpirun --bind-to none -np 2 --host 10.0.0.48:1,10.0.0.52:1 ./build/broadcast_perf -b 8 -e 2G -w 10 -f 2 -g 1 -n 100 -c 0
+# nThread 1 nGpus 1 minBytes 8 maxBytes 2147483648 step: 2(factor) warmup iters: 10 iters: 100 validation: 0
+#
+#       size         count    type    root     time   algbw   busbw  error     time   algbw   busbw  error
+#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+           8             2   float       0    45.82    0.00    0.00    N/A    38.17    0.00    0.00    N/A
+"""
+OLD_BROADCAST_RANKS = ("#   Rank  0 Pid  14926 on v100-gpu-1 device  0 [0x00] Tesla V100-PCIE-16GB\n"
+                       "#   Rank  1 Pid   9210 on v100-gpu-5 device  0 [0x00] Tesla V100-PCIE-16GB\n")
+# https://github.com/NVIDIA/nccl-tests/issues/167 (new format rows, no header pasted; redop max)
+NEW_HEADERLESS = ("      199680         49920     float     max      -1    125.8    1.59    2.98      0    125.1    1.60"
+                  "    2.99      0\n")
+
+
+def test_legacy_error_column_is_a_deviation_not_a_wrong_count():
+    r = comm.parse_nccl_tests(OLD_ERROR_HEADER)
+    assert r.format == "old" and not r.errors
+    row = r.rows.iloc[0]
+    assert (row["redop"], row["root"], row["oop_busbw"]) == ("sum", None, 0.09)
+    assert row["oop_error"] == pytest.approx(1e-6) and row["ip_error"] == pytest.approx(1e-6)
+    assert row["oop_wrong"] is None and row["ip_wrong"] is None
+    # the same row without its header: 12 fields read as the old layout
+    r2 = comm.parse_nccl_tests(OLD_ERROR_HEADER.splitlines()[2])
+    assert r2.format == "old" and r2.rows.iloc[0]["oop_error"] == pytest.approx(1e-6)
+    # new format: #wrong is a count; a fractional one is a bad line
+    new = comm.parse_nccl_tests(GB200)
+    assert new.rows["oop_error"].isna().all() and (new.rows["oop_wrong"] == 0).all()
+    bad = comm.parse_nccl_tests(GB200.replace("586.06      0", "586.06    0.5"))
+    assert len(bad.errors) == 1 and "not a count of wrong elements" in bad.errors[0][1]
+
+
+def test_old_broadcast_root_column_and_ranks_from_the_command_line():
+    r = comm.parse_nccl_tests(OLD_BROADCAST)
+    assert r.op == "broadcast" and r.format == "old" and not r.errors
+    row = r.rows.iloc[0]
+    assert (row["root"], row["redop"], row["oop_time_us"], row["ip_time_us"]) == (0, None, 45.82, 38.17)
+    assert row["oop_error"] is None and row["oop_wrong"] is None          # N/A
+    # no "Rank N" lines here: mpirun -np 2 x nThread 1 x nGpus 1 (the "-n 100" after the binary is iters)
+    assert (r.nranks, r.nranks_from) == (2, "nThread x nGpus x mpirun -np")
+    with_ranks = comm.parse_nccl_tests(OLD_BROADCAST.replace("#\n", "#\n" + OLD_BROADCAST_RANKS, 1))
+    assert (with_ranks.nranks, with_ranks.nranks_from) == (2, "rank lines")
+    # headerless: an integer 4th field is a root, a name is a redop
+    headerless = comm.parse_nccl_tests(OLD_BROADCAST.splitlines()[-1])
+    assert headerless.format == "old" and headerless.rows.iloc[0]["root"] == 0
+
+
+def test_format_inferred_without_header_and_ranks_from_ngpus():
+    r = comm.parse_nccl_tests(NEW_HEADERLESS)
+    assert r.format == "new" and r.rows.iloc[0]["redop"] == "max" and r.rows.iloc[0]["oop_wrong"] == 0
+    one_process = comm.parse_nccl_tests("# nThread 1 nGpus 8 minBytes 8 maxBytes 128\n" + NEW_HEADERLESS)
+    assert (one_process.nranks, one_process.nranks_from) == (8, "nThread x nGpus")
+    cmd = comm.parse_nccl_tests("$ ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 4\n" + NEW_HEADERLESS)
+    assert (cmd.op, cmd.nranks) == ("all_reduce", 4)
+    assert comm.parse_nccl_tests(NEW_HEADERLESS).nranks is None
+
+
+def test_out_of_bounds_count_and_status():
+    failed = comm.parse_nccl_tests(GB200.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED"))
+    assert (failed.out_of_bounds, failed.out_of_bounds_status) == (3, "FAILED")
+    junk = comm.parse_nccl_tests(GB200.replace("# Out of bounds values : 0 OK", "# Out of bounds values : lots"))
+    assert junk.out_of_bounds is None and "Out of bounds" in junk.errors[0][1]
+
+
+def test_every_nccl_tests_binary_names_its_op():
+    for binary, op in comm.NCCL_TESTS.items():
+        r = comm.parse_nccl_tests(f"# Collective test starting: {binary}\n" + NEW_HEADERLESS)
+        assert r.op == op, binary
+
+
+# NCCL's own line layouts (NVIDIA/nccl src/debug.cc, ncclDebugLog): WARN carries "file:line" (recent
+# releases add "(function)") between the device and "NCCL WARN". Real lines, with sources:
+NCCL_WARN_REAL = """\
+c76d92cccb6e:72:456 [0] enqueue.cc:58 NCCL WARN Cuda failure 'named symbol not found'
+ubuntu:9621:9621 [0] misc/cudawrap.cc:179 NCCL WARN Failed to find CUDA library libcuda.so (NCCL_CUDA_PATH='') :
+ubuntu:9621:9621 [0] NCCL INFO NET/Plugin : No plugin found, using internal implementation
+v100-gpu-1:14926:14926 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]
+H20-GPU-06:4015539:4015652 [0] NCCL INFO 8 coll channels, 0 collnet channels, 0 nvls channels, 8 p2p channels, 2 p2p channels per peer
+H20-GPU-05:1789224:1789735 [0] NCCL INFO comm 0x5b41750 rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 18000 commId 0xf021d9037f9243d8 - Init COMPLETE
+swat1-04:2017630:2017669 [0] NCCL INFO Channel 01/08 :    0   5   4   7   6   3  10   9   8  13  12  15  14  11   2   1
+"""
+# Sources: enqueue.cc https://github.com/NVIDIA/nccl/issues/1528 ; cudawrap.cc and NET/Plugin
+# https://github.com/NVIDIA/nccl-tests/issues/166 ; ibvwrap.cc https://github.com/NVIDIA/nccl-tests/issues/82 ;
+# channel counts and Init COMPLETE https://github.com/NVIDIA/nccl/issues/1189 ; Channel 01/08
+# https://github.com/NVIDIA/nccl/issues/1412
+# Built from src/debug.cc's formats (no public example found): the newer WARN with "(function)", and TRACE.
+NCCL_FORMATS_FROM_SOURCE = """\
+node1:200:201 [3] init.cc:1700 (ncclCommInitRankFunc) NCCL WARN example warning
+node1:200:201 [3] 1234.567890 ncclAllReduce:301 NCCL TRACE example trace
+"""
+
+
+def test_real_warn_lines_are_warnings_not_errors():
+    info = comm.parse_nccl_debug(NCCL_WARN_REAL)
+    assert not info.errors
+    assert info.warnings == ["Cuda failure 'named symbol not found'",
+                             "Failed to find CUDA library libcuda.so (NCCL_CUDA_PATH='') :",
+                             "Failed to open libibverbs.so[.1]"]
+    assert info.nranks == 4 and info.n_channels == 8 and info.rings == [[0, 5, 4, 7, 6, 3, 10, 9, 8, 13, 12, 15,
+                                                                         14, 11, 2, 1]]
+    assert "3 WARN line(s)" in info.summary()
+
+
+def test_per_line_records():
+    info = comm.parse_nccl_debug(NCCL_WARN_REAL + NCCL_FORMATS_FROM_SOURCE)
+    t = info.table()
+    assert len(t) == len(info.records) == 9 and list(t["line"]) == list(range(1, 10))
+    w = t.iloc[0]
+    assert (w["host"], w["pid"], w["tid"], w["device"], w["level"], w["file"], w["file_line"]) == (
+        "c76d92cccb6e", 72, 456, 0, "WARN", "enqueue.cc", 58)
+    assert t.iloc[1]["file"] == "misc/cudawrap.cc" and t.iloc[1]["file_line"] == 179
+    assert t.iloc[2]["subsystem"] == "NET/Plugin" and t.iloc[2]["level"] == "INFO" and pd.isna(t.iloc[2]["file"])
+    assert t.iloc[4]["n_channels"] == 8                        # "8 coll channels, ... 8 p2p channels"
+    init = t.iloc[5]
+    assert (init["comm"], init["comm_id"], init["rank"], init["nranks"]) == ("0x5b41750", "0xf021d9037f9243d8", 0, 4)
+    assert (t.iloc[6]["channel"], t.iloc[6]["n_channels"]) == (1, 8)
+    new_warn, trace = t.iloc[7], t.iloc[8]
+    assert (new_warn["level"], new_warn["file"], new_warn["file_line"], new_warn["function"], new_warn["message"]) \
+        == ("WARN", "init.cc", 1700, "ncclCommInitRankFunc", "example warning")
+    assert (trace["level"], trace["time_ms"], trace["function"], trace["file_line"], trace["device"]) == (
+        "TRACE", 1234.56789, "ncclAllReduce", 301, 3)
+    assert pd.isna(trace["file"])
+    # the headerless version line is a record too, and garbage lines are not
+    v = comm.parse_nccl_debug("NCCL version 2.19.3+cuda12.3\nhello\n")
+    assert v.table()["level"].tolist() == ["VERSION"]
+
+
+def test_parsers_name_the_bad_argument():
+    for fn in (comm.parse_nccl_tests, comm.parse_nccl_debug):
+        with pytest.raises(ValueError, match="text must be a str"):
+            fn(None)
+    with pytest.raises(ValueError, match="op='allsum' is not a known collective"):
+        comm.parse_nccl_tests(GB200, op="allsum")
+
+
+def test_headerless_old_reduce_row_with_root_keeps_its_deviation():
+    # nccl-tests before 51af557: reduce_perf printed "redop root" and the float "error" (src/reduce.cu then);
+    # the figures are the all_reduce row of https://github.com/NVIDIA/nccl-tests/issues/176 with a root added
+    r = comm.parse_nccl_tests("        4096          1024     float     sum       0    93.73    0.04    0.09  1e-06"
+                              "    93.15    0.04    0.09  1e-06")
+    assert r.format == "old" and not r.errors
+    assert r.rows.iloc[0]["root"] == 0 and r.rows.iloc[0]["oop_error"] == pytest.approx(1e-6)

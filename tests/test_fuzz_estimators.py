@@ -320,6 +320,9 @@ def _specs() -> list[Spec]:
         # ---- comm.models
         Spec("comm.canonical_op", cm.canonical_op, dict(op="allreduce"), dict(op="choice")),
         Spec("comm.bus_factor", cm.bus_factor, dict(op="all_gather", nranks=8), dict(op="choice", nranks="count")),
+        Spec("comm.link_factor", cm.link_factor, dict(op="all_reduce", nranks=8, algorithm="nvls"),
+             dict(op="choice", nranks="count", algorithm="choice")),
+        Spec("comm.bytes_of", cm.bytes_of, dict(count=1024, dtype="bfloat16"), dict(count="count0", dtype="choice")),
         Spec("comm.algbw", cm.algbw, dict(op="all_reduce", size_bytes=2**20, time_s=1e-3),
              dict(op="choice", size_bytes="nonneg", time_s="pos")),
         Spec("comm.busbw", cm.busbw, dict(op="all_reduce", size_bytes=2**20, time_s=1e-3, nranks=4),

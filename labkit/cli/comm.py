@@ -111,13 +111,14 @@ def _parse(args, comm, text: str) -> tuple[str, dict, str]:
     kind, r = comm.parse(text, args.format, op=args.op, source="stdin" if args.file == "-" else args.file)
     if kind == "nccl-tests":
         out = {"kind": kind, "summary": r.summary(), "avg_busbw": r.avg_busbw, "op": r.op, "nranks": r.nranks,
-               "rows": r.rows.to_dict(orient="records")}
+               "nranks_from": r.nranks_from, "format": r.format, "out_of_bounds": r.out_of_bounds,
+               "out_of_bounds_status": r.out_of_bounds_status, "rows": r.rows.to_dict(orient="records")}
         table = r.rows.to_string(index=False)
     elif kind == "nccl-debug":
         out = {"kind": kind, "summary": r.summary(), "version": r.version, "nranks": r.nranks, "nnodes": r.nnodes,
                "network": r.network, "n_channels": r.n_channels, "transports": dict(r.transports), "env": r.env,
-               "warnings": r.warnings}
-        table = "\n".join(f"  {k}: {v}" for k, v in out.items() if k not in ("kind", "summary"))
+               "warnings": r.warnings, "records": r.records}
+        table = "\n".join(f"  {k}: {v}" for k, v in out.items() if k not in ("kind", "summary", "records"))
     else:
         out = {"kind": kind, "summary": r.summary(), "devices": r.devices, "links": r.links,
                "cpu_affinity": r.cpu_affinity, "numa_affinity": r.numa_affinity}

@@ -12,7 +12,8 @@ The code lives in small files; this package is the public face::
     fit = comm.fit_alpha_beta(res.table["size"], res.table["time_us"] * 1e-6, "all_reduce", 2)
     comm.parse_nccl_tests(open("all_reduce.log").read()).rows
 
-- :mod:`labkit.comm.models` — ``bus_factor``, ``algbw``, ``busbw``, ``ring_time``, ``tree_time``,
+- :mod:`labkit.comm.models` — ``bus_factor`` (every nccl-tests op, ``NCCL_TESTS`` maps the binaries),
+  ``link_factor`` (ring vs NVLS all-reduce), ``bytes_of`` (count × nccl-tests type), ``algbw``, ``busbw``, ``ring_time``, ``tree_time``,
   ``hierarchical_time``, ``fit_alpha_beta`` (sources in its docstring: nccl-tests PERFORMANCE.md,
   Thakur et al. 2005, Patarasuk & Yuan 2009, Sanders et al. 2009). Pure (layer 1).
 - :mod:`labkit.comm.bench` — ``benchmark`` through ``labkit.launch`` (gloo on CPU, NCCL on GPUs).
@@ -40,14 +41,19 @@ from labkit.comm.bench import (
     results_to_table,
 )
 from labkit.comm.models import (
+    ALL_OPS,
+    DTYPE_BYTES,
+    NCCL_TESTS,
     OPS,
     AlphaBeta,
     algbw,
     bus_factor,
     busbw,
+    bytes_of,
     canonical_op,
     fit_alpha_beta,
     hierarchical_time,
+    link_factor,
     ring_steps,
     ring_time,
     tree_time,
@@ -60,7 +66,7 @@ from labkit.comm.synthetic import FABRICS, Fabric, fabric, synthetic_nccl_debug,
 from labkit.comm.topology import TOPO_LEGEND, Topology, parse_topology, synthetic_topology
 
 __all__ = [
-    "OPS", "AlphaBeta", "BenchResult", "FABRICS", "Fabric", "GLOO_REDUCE_SCATTER_NOTE", "NcclDebugInfo",
+    "ALL_OPS", "DTYPE_BYTES", "NCCL_TESTS", "bytes_of", "link_factor", "OPS", "AlphaBeta", "BenchResult", "FABRICS", "Fabric", "GLOO_REDUCE_SCATTER_NOTE", "NcclDebugInfo",
     "NcclTestsResult", "TOPO_LEGEND", "Topology", "algbw", "bench_rank", "benchmark", "bus_factor", "busbw",
     "canonical_op", "default_sizes", "detect_format", "fabric", "fit_alpha_beta", "hierarchical_time", "parse",
     "parse_nccl_debug", "parse_nccl_tests", "parse_topology", "results_to_table", "ring_steps", "ring_time",

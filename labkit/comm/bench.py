@@ -212,6 +212,9 @@ def benchmark(ops=("all_reduce",), sizes=None, nprocs: int = 2, *, iters: int = 
     ops = tuple(canonical_op(o) for o in ((ops,) if isinstance(ops, str) else ops))
     if not ops:
         raise ValueError(f"ops must name at least one of {OPS}")
+    for o in ops:
+        if o not in OPS:
+            raise ValueError(f"ops: {o!r} has no torch.distributed benchmark here; use one of {OPS}")
     nprocs = checks.count("nprocs", nprocs)
     iters = checks.count("iters", iters)
     warmup = checks.count("warmup", warmup, at_least=0)

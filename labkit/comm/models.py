@@ -18,7 +18,26 @@ broadcast        1                    the buffer
 reduce           1                    the buffer
 all_to_all       (n−1)/n              the buffer each rank sends (all destinations together)
 send_recv        1                    the buffer
+gather           (n−1)/n              the *total* output at the root = sendcount·n·sizeof
+scatter          (n−1)/n              the *total* input at the root = recvcount·n·sizeof
+hypercube        1                    count·sizeof·(n−1) (each rank receives every other's chunk)
 ===============  ===================  ==========================================================
+
+The last three (and ``alltoallv_perf``, read as all_to_all) come from the ``*GetBw`` functions of
+nccl-tests' ``src/gather.cu``, ``scatter.cu``, ``hypercube.cu``, ``alltoallv.cu`` (commit a0b82b2, 2026);
+PERFORMANCE.md lists only the first six. :data:`NCCL_TESTS` maps each nccl-tests binary
+(``all_reduce_perf`` …, the name its header prints after "Collective test starting:") to these ops.
+
+**NVLS (NVLink SHARP) and in-network all-reduce.** From NCCL 2.17 an all-reduce inside an NVSwitch
+node can run as NVLS: the switch adds the GPUs' buffers itself (multimem loads that reduce, stores
+that broadcast), so each GPU's link carries about S·(1 + 1/n) each way instead of the ring's
+2(n−1)/n·S (:func:`link_factor` with ``algorithm="nvls"``; the 1/n is the GPU's own shard, which also
+crosses the switch). nccl-tests does not know the algorithm and keeps ``busbw = algbw·2(n−1)/n`` "for
+consistency" (maintainer, https://github.com/NVIDIA/nccl-tests/issues/366): under NVLS busbw reads as
+"the link bandwidth a ring would need", and can exceed the link — 8×H100 reach ≈480 GB/s over 450 GB/s
+NVLink (https://github.com/NVIDIA/nccl/issues/2140, /issues/1374). The link-bound ceiling of the busbw
+column is then ``link_bw × 2(n−1)/(n+1)`` (1.56× at n = 8). SHARP on InfiniBand switches (NCCL's
+CollNet) is the same idea between nodes.
 
 **α–β models.** A message of m bytes over one link costs α + mβ (α latency, β = 1/bandwidth).
 The ring algorithms (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
@@ -50,12 +69,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.checks import ArgumentTypeError, count, finite_result, flag, nonneg, positive
+from labkit import checks
+from labkit.checks import ArgumentTypeError, count, finite_result, flag, nonneg, one_of, positive
 
-__all__ = ["OPS", "canonical_op", "bus_factor", "algbw", "busbw", "ring_steps", "ring_time", "tree_time",
-           "hierarchical_time", "AlphaBeta", "fit_alpha_beta"]
+__all__ = ["OPS", "ALL_OPS", "NCCL_TESTS", "DTYPE_BYTES", "canonical_op", "bus_factor", "link_factor", "bytes_of",
+           "algbw", "busbw", "ring_steps", "ring_time", "tree_time", "hierarchical_time", "AlphaBeta",
+           "fit_alpha_beta"]
 
+#: The ops labkit's live benchmark runs (each has a torch.distributed call).
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
+#: Every op with a bus factor: OPS plus the nccl-tests-only gather, scatter and hypercube.
+ALL_OPS = OPS + ("gather", "scatter", "hypercube")
+#: nccl-tests binaries (src/*.cu, one per test) → op. alltoallv_perf's busbw uses all_to_all's factor on
+#: the largest per-rank volume (src/alltoallv.cu).
+NCCL_TESTS = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather",
+              "reduce_scatter_perf": "reduce_scatter", "broadcast_perf": "broadcast", "reduce_perf": "reduce",
+              "alltoall_perf": "all_to_all", "alltoallv_perf": "all_to_all", "sendrecv_perf": "send_recv",
+              "gather_perf": "gather", "scatter_perf": "scatter", "hypercube_perf": "hypercube"}
+#: Bytes per element of each type name nccl-tests prints in its ``type`` column (src/common.cu
+#: ``test_typenames``; "char"/"int" from NCCL 1 builds), plus the usual spellings of the same types.
+DTYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+               "half": 2, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
+               "int32": 4, "uint32": 4, "int": 4, "float": 4, "float32": 4, "fp32": 4,
+               "int64": 8, "uint64": 8, "double": 8, "float64": 8, "fp64": 8}
 _ALIASES = {
     "allreduce": "all_reduce", "all_reduce": "all_reduce",
     "allgather": "all_gather", "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
@@ -64,11 +100,12 @@ _ALIASES = {
     "broadcast": "broadcast", "bcast": "broadcast", "reduce": "reduce",
     "alltoall": "all_to_all", "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
     "sendrecv": "send_recv", "send_recv": "send_recv", "send/recv": "send_recv", "p2p": "send_recv",
+    "alltoallv": "all_to_all", "gather": "gather", "scatter": "scatter", "hypercube": "hypercube",
 }
 
 
 def canonical_op(op: str) -> str:
-    """Normalise an op name (``"allreduce"``, ``"all_reduce_perf"``, ``"AllGather"`` …) to one of :data:`OPS`.
+    """Normalise an op name (``"allreduce"``, ``"all_reduce_perf"``, ``"AllGather"`` …) to one of :data:`ALL_OPS`.
 
     Taught in chapter 11 (communication diagnostics).
     """
@@ -82,7 +119,8 @@ def canonical_op(op: str) -> str:
         return _ALIASES[key]
     if key2 in _ALIASES:
         return _ALIASES[key2]
-    raise ValueError(f"op={op!r} is not a known collective; valid: {', '.join(OPS)}")
+    raise ValueError(f"op={op!r} is not a known collective; valid: {', '.join(ALL_OPS)} "
+                     f"or an nccl-tests binary ({', '.join(NCCL_TESTS)})")
 
 
 def bus_factor(op: str, nranks: int) -> float:
@@ -94,9 +132,43 @@ def bus_factor(op: str, nranks: int) -> float:
     n = count("nranks", nranks)
     if op == "all_reduce":
         return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+    if op in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
         return (n - 1) / n
-    return 1.0  # broadcast, reduce, send_recv
+    return 1.0  # broadcast, reduce, send_recv, hypercube
+
+
+def link_factor(op: str, nranks: int, *, algorithm: str = "ring") -> float:
+    """Bytes each rank's link carries per direction, over nccl-tests' S, for ``algorithm``.
+
+    ``"ring"`` (and every point-to-point algorithm): :func:`bus_factor` — busbw is then the link's
+    bandwidth. ``"nvls"`` (NVLink SHARP, all_reduce only): (n+1)/n, the switch reduces (module
+    docstring); ``bus_factor / link_factor`` is how far nccl-tests' busbw can exceed the link.
+    Taught in chapter 11 (communication diagnostics) and chapter 23.
+    """
+    op = canonical_op(op)
+    n = count("nranks", nranks)
+    if one_of("algorithm", algorithm, ("ring", "nvls")) == "ring":
+        return bus_factor(op, n)
+    if op != "all_reduce":
+        raise ValueError(f"algorithm='nvls' with op={op!r} is not modelled: NVLS here is all_reduce only")
+    return (n + 1) / n
+
+
+def bytes_of(count: int, dtype: str) -> int:
+    """Bytes of ``count`` elements of ``dtype``, a type name as nccl-tests prints it (``float``,
+    ``half``, ``bfloat16``, ``int8``, ``f8e4m3`` …, see :data:`DTYPE_BYTES`); nccl-tests' ``size``
+    column is ``bytes_of(count, type)`` for all_reduce/broadcast/reduce/sendrecv rows.
+
+    Taught in chapter 11 (communication diagnostics).
+    """
+    n = checks.count("count", count, at_least=0)     # the parameter shadows checks.count here
+    if not isinstance(dtype, str):
+        raise ArgumentTypeError(f"dtype must be a str such as 'float' or 'bfloat16', got {type(dtype).__name__} "
+                                f"{dtype!r}")
+    key = dtype.strip().lower().removeprefix("torch.").removeprefix("nccl")
+    if key not in DTYPE_BYTES:
+        raise ValueError(f"dtype={dtype!r} is not valid: choose one of {sorted(DTYPE_BYTES)}")
+    return n * DTYPE_BYTES[key]
 
 
 def algbw(op: str, size_bytes: float, time_s: float) -> float:
@@ -122,7 +194,8 @@ def ring_steps(op: str, nranks: int) -> int:
 
     all_reduce 2(n−1) (reduce-scatter then all-gather, Patarasuk & Yuan 2009); all_gather,
     reduce_scatter, all_to_all (pairwise exchange) n−1; broadcast/reduce n−1 hops of a pipelined
-    chain; send_recv 1. Taught in chapter 11.
+    chain; gather/scatter n−1 transfers at the root; hypercube ⌈log2 n⌉ exchanges; send_recv 1.
+    Taught in chapter 11.
     """
     op = canonical_op(op)
     n = count("nranks", nranks)
@@ -132,6 +205,8 @@ def ring_steps(op: str, nranks: int) -> int:
         return 2 * (n - 1)
     if op == "send_recv":
         return 1
+    if op == "hypercube":
+        return math.ceil(math.log2(n))
     return n - 1
 
 

@@ -2,8 +2,18 @@
 
 Reads the NCCL version, ranks and nodes, channels, rings and trees, transports (P2P / SHM / NET/IB /
 NET/Socket), the ``NCCL_*`` settings in force and the warnings, from any mix of ranks, launcher
-prefixes and other output. Bad lines are reported (``.errors``), never raised. Taught in chapter 11
-(communication diagnostics) and chapter 23.
+prefixes and other output, and keeps one record per NCCL line (``.records``, ``.table()``). Bad lines
+are reported (``.errors``), never raised. Taught in chapter 11 (communication diagnostics) and chapter 23.
+
+Line layouts, as NCCL's ``ncclDebugLog`` prints them (NVIDIA/nccl ``src/debug.cc``)::
+
+    host:pid:tid [dev] NCCL INFO msg
+    host:pid:tid [dev] file.cc:123 NCCL WARN msg            (older releases)
+    host:pid:tid [dev] file.cc:123 (function) NCCL WARN msg (recent releases)
+    host:pid:tid [dev] 1234.567890 function:123 NCCL TRACE msg   (debug builds, milliseconds)
+
+and ``NCCL version 2.19.3+cuda12.3`` with no header. NCCL does not print the subsystem of a line
+(``NCCL_DEBUG_SUBSYS`` only filters); ``subsystem`` is the message's own ``NET/IB : `` style prefix.
 """
 from __future__ import annotations
 
@@ -11,14 +21,28 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from labkit.checks import MAX_LINE, long_line
+import pandas as pd
+
+from labkit.checks import MAX_LINE, ArgumentTypeError, long_line
 from labkit.comm.pasted import strip_prefix
 
 # "[dev] NCCL LEVEL msg"; the "host:pid:tid " header before it is read by _header(). One pattern searching
 # for both backtracked over every run of host-name characters (quadratic: an 80 k-character line took
 # 69 s); every pattern here looks at each character a bounded number of times.
-_NCCL_TAIL = re.compile(r"\[(\d+)\]\s+NCCL\s+(INFO|WARN|TRACE)\s+(.*)")
-_HEADER_REVERSED = re.compile(r"\s+\d+:\d+:([\w.\-<>]+)")    # " tid:pid:host" read backwards
+# "[dev] [ms] [file:line] [(func)] NCCL LEVEL msg": each optional part is one whitespace-free token
+_NCCL_TAIL = re.compile(r"\[(\d{1,6})\]\s+(?:(\d+\.\d+)\s+)?(?:([^\s:]+):(\d{1,9})\s+)?(?:\(([^\s()]*)\)\s+)?"
+                        r"NCCL\s+(INFO|WARN|TRACE)\s+(.*)")
+_HEADER_FULL_REVERSED = re.compile(r"\s+(\d{1,12}):(\d{1,12}):([\w.\-<>]+)")   # " tid:pid:host" backwards
+_SUBSYS = re.compile(r"([A-Za-z][\w/]{0,40}) : ")
+_COMM = re.compile(r"\bcomm (0x[0-9a-fA-F]+)")          # the communicator's address
+_COMM_ID = re.compile(r"\bcommId (0x[0-9a-fA-F]+)")     # its unique id, the same on every rank
+_RANK = re.compile(r"\brank (\d{1,9})\b")
+_NRANKS = re.compile(r"\bn[Rr]anks (\d{1,9})\b")
+_CHANNELS = re.compile(r"(\d{1,6}) (coll|collnet|nvls|p2p) channels(?! per)")
+_CHANNEL_OF = re.compile(r"^(?:Channel|Ring)\s+(\d{1,6})(?:/(\d{1,6}))?")
+_INT_COLUMNS = ("line", "pid", "tid", "device", "file_line", "rank", "nranks", "channel", "n_channels")
+RECORD_COLUMNS = ["line", "host", "pid", "tid", "device", "level", "file", "file_line", "function", "time_ms",
+                  "subsystem", "message", "comm", "comm_id", "rank", "nranks", "channel", "n_channels"]
 _VERSION = re.compile(r"\s*NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?")
 _ENV = re.compile(r"(NCCL_[A-Z0-9_]+) set by environment to ")
 # "Channel 00/02 :  0 1 2 ..." / "Ring 00 : 0 -> 1 -> 2": (?!\d) keeps each number whole, so no run of
@@ -48,6 +72,13 @@ class NcclDebugInfo:
     warnings: list = field(default_factory=list)
     errors: list = field(default_factory=list)   # (line number, reason, line)
     n_lines: int = 0
+    records: list = field(default_factory=list)  # one dict per NCCL line, keys RECORD_COLUMNS
+
+    def table(self) -> pd.DataFrame:
+        """The records as a DataFrame (columns :data:`RECORD_COLUMNS`; None where a line does not say).
+        ``n_channels`` is the count a line states ("Channel 01/02" → 2; "32 coll channels" → 32)."""
+        df = pd.DataFrame(self.records, columns=RECORD_COLUMNS)
+        return df.astype({c: "Int64" for c in _INT_COLUMNS})
 
     def summary(self) -> str:
         parts = [f"NCCL {self.version or '?'}" + (f" (CUDA {self.cuda})" if self.cuda else "")]
@@ -85,7 +116,7 @@ def parse_nccl_debug(text: str) -> NcclDebugInfo:
     Taught in chapter 11 (communication diagnostics) and chapter 23.
     """
     if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
+        raise ArgumentTypeError(f"text must be a str (an NCCL_DEBUG=INFO log), got {type(text).__name__}")
     info = NcclDebugInfo()
     hosts, channels_max, ring_seen = set(), 0, set()
     for i, raw in enumerate(text.splitlines(), 1):
@@ -100,19 +131,23 @@ def parse_nccl_debug(text: str) -> NcclDebugInfo:
         if bare and not m:   # rank 0 prints the version without the host:pid:tid header
             info.version, info.cuda = bare.group(1), bare.group(2)
             info.n_lines += 1
+            info.records.append(_record(i, None, None, "VERSION", line.strip()))
             continue
         if not m:
             if "NCCL INFO" in line or "NCCL WARN" in line:
                 info.errors.append((i, "NCCL line without the 'host:pid:tid [dev]' header", raw))
             continue
         info.n_lines += 1
-        host = _header(line, m.start())
-        if host:
-            hosts.add(host)
-        msg = m.group(3).strip()
-        if m.group(2) == "WARN":
+        head = _header(line, m.start())
+        if head:
+            hosts.add(head[0])
+        msg = m.group(7).strip()
+        info.records.append(_record(i, head, m, m.group(6), msg))
+        if m.group(6) == "WARN":
             info.warnings.append(msg)
             continue
+        if info.records[-1]["n_channels"] and "channels" in msg:     # "32 coll channels, ..." (init)
+            channels_max = max(channels_max, info.records[-1]["n_channels"])
         try:
             _parse_debug_msg(msg, info, ring_seen)
             c = re.match(r"^(?:Channel|Ring)\s+(\d+)(?:/(\d+))?", msg)
@@ -129,14 +164,47 @@ def parse_nccl_debug(text: str) -> NcclDebugInfo:
     return info
 
 
-def _header(line: str, end: int) -> str | None:
-    """The host of the ``host:pid:tid `` header that ends where ``[dev]`` starts (``end``), else None.
+def _header(line: str, end: int) -> tuple[str, int, int] | None:
+    """(host, pid, tid) of the ``host:pid:tid `` header that ends where ``[dev]`` starts (``end``), else None.
 
     Matched on the reversed text, anchored at ``end``: each character is looked at once (the forward
     search the old pattern did restarted at every host-name character).
     """
-    m = _HEADER_REVERSED.match(line[end - 1::-1]) if end else None
-    return m.group(1)[::-1] if m else None
+    m = _HEADER_FULL_REVERSED.match(line[end - 1::-1]) if end else None
+    return (m.group(3)[::-1], int(m.group(2)[::-1]), int(m.group(1)[::-1])) if m else None
+
+
+def _record(i: int, head, m, level: str, msg: str) -> dict:
+    """One line's record: who printed it (header, device), where (file:line), and the rank, comm, rank
+    count and channel figures its message states."""
+    rec = dict.fromkeys(RECORD_COLUMNS)
+    rec.update(line=i, level=level, message=msg)
+    if head:
+        rec["host"], rec["pid"], rec["tid"] = head
+    if m is not None:
+        rec["device"] = int(m.group(1))
+        rec["time_ms"] = float(m.group(2)) if m.group(2) else None
+        rec["file"] = m.group(3)
+        rec["file_line"] = int(m.group(4)) if m.group(4) else None
+        rec["function"] = m.group(5) or (m.group(3) if m.group(2) else None)   # TRACE prints func:line
+        if m.group(2):
+            rec["file"] = None
+    sub = _SUBSYS.match(msg)
+    rec["subsystem"] = sub.group(1) if sub else None
+    for key, pat in (("comm", _COMM), ("comm_id", _COMM_ID), ("rank", _RANK), ("nranks", _NRANKS)):
+        f = pat.search(msg)
+        if f:
+            rec[key] = f.group(1) if key.startswith("comm") else int(f.group(1))
+    c = _CHANNEL_OF.match(msg)
+    if c:
+        rec["channel"] = int(c.group(1))
+        if c.group(2) and int(c.group(2)) > 0 and " via " not in msg:
+            rec["n_channels"] = int(c.group(2))
+    else:
+        counts = _CHANNELS.findall(msg)      # "32 coll channels, 16 nvls channels, 32 p2p channels ..."
+        if counts:
+            rec["n_channels"] = max(int(n) for n, _ in counts)
+    return rec
 
 
 def _parse_debug_msg(msg: str, info: NcclDebugInfo, ring_seen: set) -> None:

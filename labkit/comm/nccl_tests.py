@@ -1,11 +1,17 @@
 """Parser of NVIDIA/nccl-tests tables (``all_reduce_perf`` …): ``labkit.comm.nccl_tests``.
 
-Old format (``size count type redop time algbw busbw error``) and new (``… redop root time algbw busbw
-#wrong``), out-of-place and in-place columns, ``[1,0]<stdout>:`` prefixes from mpirun, ``N/A``, the
+Old format (``size count type [redop|root] time algbw busbw error``) and new (``… redop root time algbw
+busbw #wrong``), out-of-place and in-place columns, ``[1,0]<stdout>:`` prefixes from mpirun, ``N/A``, the
 ``# Avg bus bandwidth`` line. Bad lines are kept out and reported (``.errors``: list of (line number,
 reason, line)): rows with a non-finite (``1e999``) or negative time, bandwidth or wrong count, and lines
 longer than :data:`labkit.checks.MAX_LINE`. The parser never raises on garbage and runs in time linear
 in the input. Taught in chapter 11 (communication diagnostics).
+
+Before nccl-tests' "Resync with NCCL 2.13" (commit 51af557, August 2022) the last column of each half was
+``error``: the largest deviation from the expected result, a float printed ``%5.0le`` (``0e+00``). Since
+then it is ``#wrong``, a count of wrong elements. The parser keeps them apart: ``*_wrong`` (new) and
+``*_error`` (old); the other is None. The old broadcast/reduce tables had ``root`` where reductions had
+``redop``; without a header the fourth field decides (an integer is a root).
 """
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from labkit.checks import MAX_LINE, long_line, nonneg
+from labkit.checks import MAX_LINE, ArgumentTypeError, long_line, nonneg
 from labkit.comm.models import canonical_op
 from labkit.comm.pasted import strip_prefix
 
@@ -37,7 +43,10 @@ def _num(tok: str, name: str):
 @dataclass
 class NcclTestsResult:
     """Parsed nccl-tests output. ``rows``: one per size with out-of-place (``oop_*``) and in-place
-    (``ip_*``) time (us), algbw and busbw (GB/s = 1e9 B/s), wrong counts (None = N/A).
+    (``ip_*``) time (us), algbw and busbw (GB/s = 1e9 B/s), wrong-element counts (``*_wrong``, new format)
+    or largest deviations (``*_error``, old format); None = N/A or not in this format.
+    ``nranks`` comes from the "Rank N" device lines, else from the command line and header
+    (``mpirun -np`` × ``nThread`` × ``nGpus``); ``nranks_from`` says which.
 
     Taught in chapter 11 (communication diagnostics).
     """
@@ -49,8 +58,10 @@ class NcclTestsResult:
     nranks: int | None = None
     params: dict = field(default_factory=dict)   # nThread, nGpus, minBytes, ... from the header
     devices: list = field(default_factory=list)  # "Rank N ... on host device d [bus] NAME" lines
-    out_of_bounds: str | None = None
-    format: str | None = None                  # "new" (root, #wrong) or "old" (error)
+    out_of_bounds: int | None = None           # "# Out of bounds values : 0 OK" -> 0
+    out_of_bounds_status: str | None = None    # "OK" or "FAILED"
+    format: str | None = None                  # "new" (#wrong) or "old" (error), from the header or the fields
+    nranks_from: str | None = None             # "rank lines" or "nThread x nGpus" (x mpirun -np)
 
     def implied_bus_factor(self) -> pd.Series:
         """busbw/algbw per row (out-of-place): compare with :func:`labkit.comm.bus_factor`."""
@@ -65,18 +76,23 @@ class NcclTestsResult:
              f"{big['oop_busbw']:.2f} GB/s")
         if self.avg_busbw is not None:
             s += f"; Avg bus bandwidth {self.avg_busbw:.2f} GB/s"
+        if self.out_of_bounds:
+            s += f"; {self.out_of_bounds} out-of-bounds value(s) {self.out_of_bounds_status or ''}".rstrip()
         if self.errors:
             s += f"; {len(self.errors)} bad line(s) skipped"
         return s
 
 
 _COLS = ["size", "count", "type", "redop", "root", "oop_time_us", "oop_algbw", "oop_busbw", "oop_wrong",
-         "ip_time_us", "ip_algbw", "ip_busbw", "ip_wrong"]
-_LEADS = {5: ["size", "count", "type", "redop", "root"],   # new format (nccl-tests >= 2.10)
-          4: ["size", "count", "type", "redop"],           # old format, reductions
-          3: ["size", "count", "type"]}                    # old format, all_gather / broadcast
+         "ip_time_us", "ip_algbw", "ip_busbw", "ip_wrong", "oop_error", "ip_error"]
+_LEADS = {5: ["size", "count", "type", "redop", "root"],   # every test since 2.13; the old reduce_perf
+          4: ["size", "count", "type", "redop"],           # old all_reduce / reduce_scatter (or root: broadcast)
+          3: ["size", "count", "type"]}                    # old all_gather
 _RANK_TAG = re.compile(r"^\[\d+\]\s+")                     # "[0] " tags (mpirun --tag-output, pdsh ...)
 _PERF = re.compile(r"\b([a-z_]+)_perf\b")                 # "all_reduce_perf" on the command line
+_NP = re.compile(r"(?:^|\s)(?:-np|-n|--np)\s+(\d{1,9})(?=\s|$)")     # mpirun/srun -np N, before the binary
+_GT = re.compile(r"(?:^|\s)-([gt])\s*(\d{1,9})(?=\s|$)")              # *_perf -g G -t T, after it
+_OOB = re.compile(r"(\d{1,18})(?:\s+(OK|FAILED))?")      # fullmatch on the stripped text
 
 
 def _lead_from_count(n: int) -> list[str]:
@@ -86,9 +102,12 @@ def _lead_from_count(n: int) -> list[str]:
     raise ValueError(f"{n} fields do not match any nccl-tests row layout (7, 8, 9, 11, 12 or 13 fields)")
 
 
-def _parse_row(toks: list[str], lead: list[str]) -> dict:
-    """One data row: the lead columns (size count type [redop] [root]) then 4 columns per placement."""
+def _parse_row(toks: list[str], lead: list[str], old: bool) -> dict:
+    """One data row: the lead columns (size count type [redop] [root]) then 4 columns per placement;
+    the 4th of each is ``#wrong`` (new) or the old ``error`` deviation (``old``)."""
     nlead = len(lead)
+    if lead is _LEADS[4] and re.match(r"^-?\d+$", toks[3]):    # headerless old broadcast/reduce: a root
+        lead = ["size", "count", "type", "root"]
     if len(toks) not in (nlead + 4, nlead + 8):
         raise ValueError(f"expected {nlead + 8} fields ({' '.join(lead)} + 2x time algbw busbw wrong), "
                          f"got {len(toks)}")
@@ -99,22 +118,28 @@ def _parse_row(toks: list[str], lead: list[str]) -> dict:
         raise ValueError(f"unknown type {toks[2]!r}")
     row = {"size": int(size), "count": int(count), "type": toks[2], "redop": None, "root": None}
     if "redop" in lead:
-        if not re.match(r"^[a-z][a-z0-9_]*$", toks[3]):
-            raise ValueError(f"redop {toks[3]!r} is not a reduction name")
-        row["redop"] = toks[3]
+        tok = toks[lead.index("redop")]
+        if not re.match(r"^[a-z][a-z0-9_]*$", tok):
+            raise ValueError(f"redop {tok!r} is not a reduction name")
+        row["redop"] = tok
     if "root" in lead:
-        if not re.match(r"^-?\d+$", toks[4]):
-            raise ValueError(f"root {toks[4]!r} is not an integer")
-        row["root"] = int(toks[4])
+        tok = toks[lead.index("root")]
+        if not re.match(r"^-?\d+$", tok):
+            raise ValueError(f"root {tok!r} is not an integer")
+        row["root"] = int(tok)
     rest = toks[nlead:]
+    last = "error" if old else "wrong"
     for prefix, chunk in (("oop", rest[:4]), ("ip", rest[4:8])):
+        row[f"{prefix}_wrong"] = row[f"{prefix}_error"] = None
         if not chunk:
-            for k in ("time_us", "algbw", "busbw", "wrong"):
+            for k in ("time_us", "algbw", "busbw"):
                 row[f"{prefix}_{k}"] = None
             continue
-        t, a, b, w = (_num(x, f"{prefix}_{k}") for x, k in zip(chunk, ("time_us", "algbw", "busbw", "wrong"),
+        t, a, b, w = (_num(x, f"{prefix}_{k}") for x, k in zip(chunk, ("time_us", "algbw", "busbw", last),
                                                                    strict=True))
-        row.update({f"{prefix}_time_us": t, f"{prefix}_algbw": a, f"{prefix}_busbw": b, f"{prefix}_wrong": w})
+        if w is not None and not old and not w.is_integer():
+            raise ValueError(f"{prefix}_wrong {w!r} is not a count of wrong elements")
+        row.update({f"{prefix}_time_us": t, f"{prefix}_algbw": a, f"{prefix}_busbw": b, f"{prefix}_{last}": w})
     return row
 
 
@@ -126,9 +151,9 @@ def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
     from ``*_perf`` command lines). Taught in chapter 11 (communication diagnostics).
     """
     if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    rows, errors, devices, params = [], [], [], {}
-    lead, fmt, avg, oob, found_op = None, None, None, None, None
+        raise ArgumentTypeError(f"text must be a str (nccl-tests output), got {type(text).__name__}")
+    rows, errors, devices, params, opts = [], [], [], {}, {}
+    lead, fmt, avg, oob, oob_status, found_op, row_fmt = None, None, None, None, None, None, None
     if op is not None:
         found_op = canonical_op(op)
     for i, raw in enumerate(text.splitlines(), 1):
@@ -144,17 +169,21 @@ def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
         if not s:
             continue
         m = _PERF.search(s) if "_perf" in s else None
-        if m and found_op is None:
-            try:
-                found_op = canonical_op(m.group(1))
-            except ValueError:
-                pass
+        if m:
+            if found_op is None:
+                try:
+                    found_op = canonical_op(m.group(1))
+                except ValueError:
+                    pass
+            np_ = _NP.findall(s[:m.start()])
+            opts.update({"np": int(np_[-1])} if np_ else {})
+            opts.update((k, int(v)) for k, v in _GT.findall(s[m.end():]))
         if s.startswith("#"):
             body = s.lstrip("#").strip()
             if re.match(r"^size\s+count\s+type", body):
                 cols = body.split()
                 lead = cols[:cols.index("time")] if "time" in cols else None
-                fmt = "new" if "root" in cols else "old"
+                fmt = "old" if "error" in cols else "new"
             elif body.startswith("Avg bus bandwidth"):
                 m2 = re.search(r":\s*([0-9.eE+-]+)", body)
                 try:
@@ -163,7 +192,11 @@ def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
                     avg = None
                     errors.append((i, f"unreadable Avg bus bandwidth: {e}", raw))
             elif body.startswith("Out of bounds values"):
-                oob = body.split(":", 1)[-1].strip()
+                m3 = _OOB.fullmatch(body.split(":", 1)[-1].strip())
+                if m3:
+                    oob, oob_status = int(m3.group(1)), m3.group(2)
+                else:
+                    errors.append((i, "unreadable Out of bounds values (want a count, then OK or FAILED)", raw))
             elif body.startswith("nThread"):
                 toks = body.split()
                 for k, v in zip(toks[0::2], toks[1::2], strict=False):
@@ -176,10 +209,30 @@ def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
         toks = s.split()
         try:
             use = lead if lead and len(toks) in (len(lead) + 4, len(lead) + 8) else _lead_from_count(len(toks))
-            rows.append(_parse_row(toks, use))
+            # without a header: 3 or 4 lead columns are old; with 5, a float in the 4th measure (0e+00) is old
+            old = fmt == "old" if use is lead else (len(use) < 5 or any(c in toks[len(use) + 3] for c in ".eE"))
+            rows.append(_parse_row(toks, use, old))
+            row_fmt = row_fmt or ("old" if old else "new")
         except (ValueError, IndexError) as e:
             errors.append((i, str(e), raw))
     df = pd.DataFrame(rows, columns=_COLS)
+    nranks, source = _nranks(devices, params, opts)
+    return NcclTestsResult(rows=df, avg_busbw=avg, errors=errors, op=found_op, nranks=nranks, params=params,
+                           devices=devices, out_of_bounds=oob, out_of_bounds_status=oob_status,
+                           format=fmt or row_fmt, nranks_from=source)
+
+
+def _nranks(devices: list, params: dict, opts: dict) -> tuple[int | None, str | None]:
+    """Ranks from the "Rank N" device lines, else nThread × nGpus (header, or -t/-g on the command
+    line) × processes (mpirun -np/-n; 1 when absent, as for a single ``all_reduce_perf -g 8``)."""
     ranks = {re.match(r"^Rank\s+(\d+)", d).group(1) for d in devices}
-    return NcclTestsResult(rows=df, avg_busbw=avg, errors=errors, op=found_op, nranks=len(ranks) or None,
-                           params=params, devices=devices, out_of_bounds=oob, format=fmt)
+    if ranks:
+        return len(ranks), "rank lines"
+    def _int(key, opt):
+        v = params.get(key, opts.get(opt))
+        return int(v) if isinstance(v, int) or (isinstance(v, str) and v.isdigit()) else None
+    threads, gpus = _int("nThread", "t"), _int("nGpus", "g")
+    if gpus is None and threads is None:
+        return None, None
+    n = (threads or 1) * (gpus or 1) * opts.get("np", 1)
+    return (n, "nThread x nGpus" + (" x mpirun -np" if "np" in opts else "")) if n > 0 else (None, None)
