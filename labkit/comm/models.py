@@ -322,8 +322,12 @@ class AlphaBeta:
     def predict(self, size_bytes) -> float | np.ndarray:
         """Predicted time (s) of ``op`` at ``size_bytes`` (scalar or array) on ``nranks`` ranks."""
         s = _array("size_bytes", size_bytes)
-        t = (ring_steps(self.op, self.nranks) * self.alpha_s
-             + bus_factor(self.op, self.nranks) * s * self.beta_s_per_byte)
+        with np.errstate(over="ignore"):
+            t = (ring_steps(self.op, self.nranks) * self.alpha_s
+                 + bus_factor(self.op, self.nranks) * s * self.beta_s_per_byte)
+        if not np.isfinite(t).all():     # sizes beyond any real message (1e308 bytes)
+            raise ValueError(f"AlphaBeta.predict: size_bytes up to {float(np.max(s)):.3g} gives a time beyond a "
+                             "float; use message sizes of a real run")
         return float(t) if t.ndim == 0 else t
 
     def summary(self) -> str:
