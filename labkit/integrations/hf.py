@@ -17,8 +17,9 @@ sees (a forward pre-hook, training mode only): the ``attention_mask`` sum when p
 log line is written. FLOPs per token come from the model's config
 (:func:`labkit.integrations.loop.flops_per_token_of`, at the batches' sequence length) unless you
 give ``flops_per_token=``; the peak from :func:`labkit.hardware.resolve_peak` for the Trainer's dtype
-(bf16/fp16/fp32) unless you give ``peak=`` (FLOP/s or a catalogue name). Figures are over all
-measured steps so far (after ``warmup_steps``) and are **per rank**: ``labkit/tokens_per_s`` is this
+(bf16/fp16/fp32) unless you give ``peak=`` (FLOP/s or a catalogue name). Figures are over the
+measured steps since the previous log line (after ``warmup_steps``; the whole run: ``cb.meter.summary()``)
+and are **per rank**: ``labkit/tokens_per_s`` is this
 rank's tokens/s × world size.
 
 Taught in chapter 7 (timing) and chapter 4 (MFU).
@@ -64,6 +65,7 @@ class ThroughputCallback(TrainerCallback):
         self._seq_len = None
         self._model = None
         self.mfu_error: str | None = None
+        self._logged = 0             # measured steps already reported in a log line
 
     # ------------------------------------------------------------------ counting tokens
     def _count(self, module, args, kwargs):
@@ -95,7 +97,7 @@ class ThroughputCallback(TrainerCallback):
         self._model = model
         if model is not None and hasattr(model, "register_forward_pre_hook"):
             self._hook = model.register_forward_pre_hook(self._count, with_kwargs=True)
-        self._per_step, self._tokens = [], None
+        self._per_step, self._tokens, self._logged = [], None, 0
         self._open_step()
 
     def _open_step(self):
@@ -156,24 +158,29 @@ class ThroughputCallback(TrainerCallback):
         """What goes into the log: ``labkit/tokens_per_s`` (× ``world_size``), ``…_per_device``,
         ``labkit/mfu`` (when a FLOP count and peak are known and it is ≤ 100 %; otherwise
         :attr:`mfu_error` says why), ``labkit/step_time_s``
-        (median) and ``labkit/<phase>_s`` medians. Empty before the first measured step.
+        (median) and ``labkit/<phase>_s`` medians, over the measured steps since the previous call (the
+        Trainer calls it once per log line). Empty when no step was measured since.
 
         Taught in chapter 7 (timing) and chapter 4 (MFU).
         """
         from labkit import mfu as mfu_mod
+        from labkit.record import Stat
 
-        s = self.meter.summary()
-        if s["step_time"] is None:
+        times = self.meter.step_times                      # resolves pending steps (one sync on a GPU)
+        start, self._logged = self._logged, len(times)
+        window = times[start:]
+        if not window:
             return {}
-        times = self.meter.step_times
-        first = len(self._per_step) - len(times)
+        first = len(self._per_step) - len(times) + start
         for i in range(first, len(self._per_step)):      # device counts read once: one sync per log line
             if not isinstance(self._per_step[i], (int, float)):
                 self._per_step[i] = float(self._per_step[i])
         tokens = float(sum(self._per_step[first:]))
-        out = {_PREFIX + "step_time_s": s["step_time"].median}
-        for name, st in s["phases"].items():
-            out[f"{_PREFIX}{name}_s"] = st.median
+        out = {_PREFIX + "step_time_s": Stat.of(window).median}
+        for name, vals in self.meter._phases.items():     # every phase runs in every step: aligned with times
+            if len(vals) == len(times):
+                out[f"{_PREFIX}{name}_s"] = Stat.of(vals[start:]).median
+        times = window
         total = sum(times)
         if tokens > 0 and total > 0:
             tps = tokens / total
