@@ -96,9 +96,21 @@ def _descendants() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
 
 
+_BEFORE: set[int] = set()
+
+
+def _new_descendants() -> list[psutil.Process]:
+    """Descendants this test started: a pytest worker that ran other tests first may hold long-lived
+    children of theirs (a DataLoader's forkserver, torch.compile's worker pool)."""
+    return [p for p in _descendants() if p.pid not in _BEFORE]
+
+
 @pytest.fixture
 def private_tmp(tmp_path, monkeypatch):
-    """launch's temp folders land in a folder of this test's own, to check none is left behind."""
+    """launch's temp folders land in a folder of this test's own, to check none is left behind;
+    the processes alive before the test are noted so only the test's own leftovers count."""
+    _BEFORE.clear()
+    _BEFORE.update(p.pid for p in _descendants())
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
@@ -200,7 +212,7 @@ def test_failure_while_starting_stops_the_starting(monkeypatch, private_tmp):
     assert len(started) == 1, f"{len(started)} ranks were started after rank 0 had failed"
     assert ei.value.rank == 0 and "no_such_function" in ei.value.traceback
     assert "1 of 4 started" in str(ei.value)
-    assert _descendants() == [] and list(private_tmp.iterdir()) == []
+    assert _new_descendants() == [] and list(private_tmp.iterdir()) == []
 
 
 def test_timeout_must_be_finite(private_tmp):
@@ -210,7 +222,7 @@ def test_timeout_must_be_finite(private_tmp):
         assert "30 days" in str(ei.value) and not isinstance(ei.value, OverflowError)
     with pytest.raises(TypeError, match="timeout_s must be a number"):
         launch("labkit.launcher:whoami", 1, timeout_s="60", stream=False, log_dir=False)
-    assert _descendants() == [] and list(private_tmp.iterdir()) == []
+    assert _new_descendants() == [] and list(private_tmp.iterdir()) == []
 
 
 def test_log_dir_checks(tmp_path, private_tmp):
@@ -226,7 +238,7 @@ def test_log_dir_checks(tmp_path, private_tmp):
         launch("labkit.launcher:whoami", 1, log_dir=True, stream=False)
     with pytest.raises(TypeError, match="must be picklable"):
         launch("labkit.launcher:whoami", 1, args=(lambda: 0,), stream=False, log_dir=False)
-    assert _descendants() == [] and list(private_tmp.iterdir()) == []    # no temp folder leaked
+    assert _new_descendants() == [] and list(private_tmp.iterdir()) == []    # no temp folder leaked
 
 
 def test_values_that_do_not_travel_are_launch_errors(private_tmp):
@@ -240,7 +252,7 @@ def test_values_that_do_not_travel_are_launch_errors(private_tmp):
     with pytest.raises(LaunchError, match="left no return value") as ei:
         launch(exit_zero_without_result, 1, stream=False, log_dir=False, timeout_s=120)
     assert ei.value.rank == 0 and ei.value.exit_code == 0
-    assert _descendants() == [] and list(private_tmp.iterdir()) == []
+    assert _new_descendants() == [] and list(private_tmp.iterdir()) == []
 
 
 def test_sweep_finds_and_kills_marked_processes_only():
