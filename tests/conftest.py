@@ -16,3 +16,24 @@ def _isolated_labkit_cache(tmp_path_factory):
         os.environ.pop("LABKIT_CACHE_DIR", None)
     else:
         os.environ["LABKIT_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def calibrated_peaks(tmp_path_factory):
+    """A cache holding this machine's fp32 calibration for 1 and 2 threads, for tests whose verdicts
+    divide by a peak (MFU thresholds): a 1-second in-process measurement on a loaded machine can stop
+    at 256² and come out 1.5× low (labkit.hardware.calibration). Restores the empty cache afterwards."""
+    import os
+
+    from labkit.hardware.calibration import calibrate
+
+    old = os.environ.get("LABKIT_CACHE_DIR")
+    os.environ["LABKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("calibrated"))
+    try:
+        calibrate("cpu", ("fp32",), threads=[1, 2], rounds=2, max_seconds=3.0)
+        yield os.environ["LABKIT_CACHE_DIR"]
+    finally:
+        if old is None:
+            os.environ.pop("LABKIT_CACHE_DIR", None)
+        else:
+            os.environ["LABKIT_CACHE_DIR"] = old

@@ -112,10 +112,22 @@ SMALL = dict(steps=3, warmup_steps=1)   # default sizes: compute injection = 32Ã
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    """The four injected runs in one launch of 2 gloo ranks (starting processes is the slow part)."""
+    """The four injected runs in one launch of 2 gloo ranks (starting processes is the slow part),
+    dividing by a calibrated peak (the MFU threshold of the compute finding needs a stable denominator)."""
+    import os
+
+    from labkit.hardware.calibration import calibrate
+
     kinds = ("data", "comm", "compute", "memory")
     dirs = [tmp_path_factory.mktemp(f"inject_{k}") for k in kinds]
-    recs = run_workloads([workload(k, **SMALL) for k in kinds], dirs)
+    old = os.environ.get("LABKIT_CACHE_DIR")
+    os.environ["LABKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("calibrated"))
+    try:
+        calibrate("cpu", ("fp32",), threads=[1], rounds=2, max_seconds=3.0)    # each of 2 ranks has 1 thread
+        recs = run_workloads([workload(k, **SMALL) for k in kinds], dirs)
+    finally:
+        os.environ["LABKIT_CACHE_DIR"] = old if old is not None else os.environ.pop("LABKIT_CACHE_DIR")
+    assert all(r.peak_source.startswith("calibrated:") for r in recs), recs[0].peak_source
     runs = {k: (r, analyze(d)) for k, r, d in zip(kinds, recs, dirs, strict=True)}
     return runs.__getitem__
 
