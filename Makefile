@@ -3,14 +3,18 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= 2
-# serve from the repository root so the index's links to ../labs work; root in a container needs --allow-root
-LAB_FLAGS := --ServerApp.root_dir=. $(if $(filter 0,$(shell id -u)),--allow-root)
+# serve from the repository root so the index's links to ../labs work; the printed URL (default_url) opens
+# the course index; kernels idle for 30 min with no tab attached are shut down (closed tabs free their memory);
+# root in a container needs --allow-root
+LAB_FLAGS := --ServerApp.root_dir=. --ServerApp.default_url=/lab/tree/chapters/index.ipynb \
+	--MappingKernelManager.cull_idle_timeout=1800 --MappingKernelManager.cull_interval=300 \
+	$(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: course test unit notebooks lint bench refresh clean
 
 course:
 	./scripts/bootstrap.sh lab
-	$(VENV)/bin/jupyter lab $(LAB_FLAGS) chapters/index.ipynb
+	$(VENV)/bin/jupyter lab $(LAB_FLAGS)
 
 test:
 	./scripts/bootstrap.sh dev
@@ -31,7 +35,8 @@ bench:
 
 # Re-execute notebooks with the CI parameters and store their outputs in the sources
 # (only outputs change; cells are never rewritten). Usage: make refresh NB=chapters/...ipynb
-# Calibrates this machine's peaks first (once), so every stored MFU divides by the same peak.
+# Calibrates this machine's peaks first (once), so every stored MFU divides by the same peak; refuses to
+# store outputs whose checked claims (labkit.claims) do not hold. Run it on an idle machine.
 refresh:
 	$(PY) -m labkit calibrate --if-missing
 	$(PY) -m labkit.notebooks refresh $(NB)

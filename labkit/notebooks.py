@@ -3,7 +3,8 @@
 Command line (used by ``make refresh`` and by course authors)::
 
     python -m labkit.notebooks run PATH...      # execute with FAST=True into build/executed/
-    python -m labkit.notebooks refresh PATH...  # execute, then store the outputs in the source
+    python -m labkit.notebooks refresh PATH...  # execute, then store the outputs in the source —
+                                                # refused when a claim does not hold (labkit.claims)
     python -m labkit.notebooks check PATH...    # execute, then compare checked cells (nbval-lax)
 
 Executed copies go to ``build/executed/<path>``; a source notebook is only ever written by
@@ -18,6 +19,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -111,15 +113,65 @@ def prepare_nbval(path: str | os.PathLike, *, params: dict | None = None) -> Pat
     return out
 
 
+class RefreshRefused(RuntimeError):
+    """The executed outputs do not show their lessons; the source notebook was left as it was."""
+
+
+#: a peak measured inside the process (no calibration): MFU then swings with the machine's load
+UNCALIBRATED = "(not calibrated"
+#: the start of an absolute path on someone's machine (a stored output must not show one)
+_HOME_LIKE = re.compile(r"(?<![\w.~])/(?:home|root|Users|work|tmp|private|mnt|srv|scratch)/")
+
+
+def output_problems(nb) -> list[str]:
+    """Why an executed notebook's outputs must not be stored (empty when they may be).
+
+    A claim (:mod:`labkit.claims`) that is inconclusive or contradicted, or disagrees with its own
+    numbers; an MFU divided by an in-process peak instead of the calibrated one (``labkit calibrate``);
+    output hygiene: profiler ``USDT:`` log lines, an absolute path of the recording machine, a bare
+    ``True``/``False`` left as a cell's result.
+    """
+    from labkit import claims
+
+    problems = [f"cell {cid}: {c.text()}" for cid, c in claims.stored_claims(nb) if c.status != "holds"]
+    problems += [f"cell {cid}: stored status {c.status!r} but its numbers give {claims.rejudge(c)!r}"
+                 for cid, c in claims.stored_claims(nb) if claims.rejudge(c) != c.status]
+    roots = {str(repo_root()), str(Path.home())}
+    for cell in nb["cells"]:
+        cid = cell.get("id", "?")
+        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            text = "".join(out.get("text", "")) + "".join((out.get("data") or {}).get("text/plain", ""))
+            if UNCALIBRATED in text:
+                problems.append(f"cell {cid}: a peak measured in-process, not calibrated — "
+                                "run `labkit calibrate` on an idle machine first")
+            if "USDT:" in text:
+                problems.append(f"cell {cid}: profiler log lines (USDT:) in the output — set KINETO_LOG_LEVEL=6")
+            if any(r in text for r in roots if len(r) > 1) or _HOME_LIKE.search(text):
+                problems.append(f"cell {cid}: an absolute path of this machine in the output")
+            if out.get("output_type") == "execute_result" and text in ("True", "False"):
+                problems.append(f"cell {cid}: a bare {text} as the cell's result — assign it to a name")
+    return problems
+
+
 def refresh(path: str | os.PathLike, *, params: dict | None = None) -> float:
-    """Execute with the CI parameters and store the outputs in the source notebook (outputs only)."""
+    """Execute with the CI parameters and store the outputs in the source notebook (outputs only).
+
+    Refuses (:class:`RefreshRefused`, source untouched) when :func:`output_problems` finds any: a
+    committed output always shows the lesson its cell claims, against the calibrated peak.
+    """
     import nbformat
 
     src = Path(path).resolve()
     executed, seconds = run(src, params=params)
     ran = nbformat.read(executed, as_version=4)
+    problems = output_problems(ran)
+    if problems:
+        raise RefreshRefused(f"{path}: outputs not stored (the executed copy is {executed}):\n  "
+                             + "\n  ".join(problems))
     outputs = {c.get("id"): c for c in ran.cells if c.cell_type == "code"}
     nb = nbformat.read(src, as_version=4)
+    if "language_info" in ran.metadata:   # what the kernel reports: JupyterLab then opens the notebook unmodified
+        nb.metadata["language_info"] = ran.metadata["language_info"]
     for c in nb.cells:
         if c.cell_type == "code" and c.get("id") in outputs:
             c.outputs = outputs[c["id"]].get("outputs", [])
@@ -162,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
             out, s = run(p, params=params)
             print(f"{p}: ran in {s:.1f} s -> {out}")
         elif a.action == "refresh":
-            s = refresh(p, params=params)
+            try:
+                s = refresh(p, params=params)
+            except RefreshRefused as e:
+                print(e, file=sys.stderr)
+                rc = 1
+                continue
             print(f"{p}: refreshed outputs ({s:.1f} s)")
         else:
             rc |= check(p)

@@ -7,18 +7,16 @@ peak memory), plus what is needed to reproduce and compare it (config, device, p
 
 Terms (they are easy to confuse):
 
-- ``tokens_per_s`` is **global** throughput (all ranks together); ``tokens_per_s_per_device`` divides
-  it by ``n_devices``.
+- ``tokens_per_s`` is **global** throughput (all ranks); ``tokens_per_s_per_device`` divides by ``n_devices``.
 - ``mfu`` uses *model* FLOPs (no recomputation); ``hfu`` uses the FLOPs the hardware executed
   (recomputation included) — PaLM (Chowdhery et al. 2022, App. B). Both are fractions in [0, 1].
 - ``comm_wait_share`` is *exposed* communication (not hidden under compute) as a fraction of step
   time; ``data_wait_share`` the same for waiting on the data loader.
 
-Every field is checked when set (on construction, load, assignment); :meth:`RunRecord.validate`
-checks all again before a save: shares, MFU, HFU, utilisation in [0, 1] (float noise of 1e-9 clamped),
-times, rates, FLOPs, peaks finite and > 0, counts ints >= 1, hardware >= model FLOPs, comm + data <= 1. None
-means unknown; ``config``, ``device``, ``versions``, ``extra`` are free-form dicts. Errors name the
-field, the bad value and what is valid (and the file, on load).
+Every field is checked when set (construction, load, assignment) and again before a save: shares, MFU,
+HFU, utilisation in [0, 1] (float noise of 1e-9 clamped), times, rates, FLOPs, peaks finite and > 0, counts
+ints >= 1, hardware >= model FLOPs, comm + data <= 1; None means unknown. Errors name the field, the bad
+value and what is valid (and the file, on load).
 
 Taught in chapter 14 (``chapters/part2_diagnosis/ch14_systematic_diagnosis.ipynb``).
 """
@@ -37,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit import checks
+from labkit.units import si
 
 SCHEMA_VERSION = 1
 _EPS = 1e-9          # float noise tolerated (and clamped) at the edges of [0, 1] and in cross-field checks
@@ -350,6 +349,13 @@ class RunRecord:
             raise ValueError(f"run record {path}: {e}") from None
 
     # ---------------------------------------------------------------- display
+    def mfu_line(self) -> str:
+        """MFU with its arithmetic and the peak's source (``MFU 41.20% = 9,812 tok/s × … [peak: calibrated:…]``)."""
+        if self.mfu is None or self.tokens_per_s is None or self.peak_flops is None:
+            return f"{self.label}: no MFU (tokens/s, FLOPs per token or peak missing)"
+        return (f"MFU {self.mfu:.2%} = {self.tokens_per_s:,.0f} tok/s × {self.model_flops_per_token:.3g} FLOP/token "
+                f"÷ ({self.n_devices} × {si(self.peak_flops, 'FLOP/s')}) [peak: {self.peak_source}]")
+
     def summary(self) -> str:
         """One line a human can read in a log."""
         parts = [self.label]
@@ -441,3 +447,4 @@ def environment_versions() -> dict[str, str]:
     except ImportError:
         pass
     return v
+

@@ -10,24 +10,13 @@ from __future__ import annotations
 
 import math
 
+from labkit.units import si
+
 __all__ = ["si", "new_axes", "roofline", "stacked_parts", "scaling", "bars"]
 
-_PREFIX = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"),
-           (1e-9, "n")]
 PALETTE = {"compute": "#4C72B0", "communication": "#DD8452", "comm": "#DD8452", "memory": "#55A868",
            "data": "#C44E52", "scheduling": "#8172B3", "sync": "#937860", "forward": "#4C72B0",
            "backward": "#64B5CD", "optimizer": "#8172B3", "idle": "#BBBBBB"}
-
-
-def si(x: float, unit: str = "", digits: int = 3) -> str:
-    """Format with an SI prefix: si(3.2e14, "FLOP/s") → '320 TFLOP/s'. Written for chapter 1."""
-    x = float(x)
-    if x == 0 or not math.isfinite(x):
-        return f"{x:g} {unit}".strip()
-    for scale, p in _PREFIX:
-        if abs(x) >= scale:
-            return f"{x / scale:.{digits}g} {p}{unit}".strip()
-    return f"{x:.{digits}g} {unit}".strip()
 
 
 def new_axes(ncols: int = 1, *, width: float = 5.5, height: float = 3.6):
