@@ -108,7 +108,9 @@ def test_evidence_round_trip_and_file_verification(tmp_path):
     f = tmp_path / "trace.json"
     f.write_text('{"a": 1}')
     book = EvidenceBook("toy", root=tmp_path)
-    book.submit("q1", answer=0.5, files=[f], steps=3)
+    saved = book.submit("q1", answer=0.5, files=[f], steps=3)
+    assert repr(saved) == "q1: evidence saved (answered) as toy/q1.json" and str(tmp_path) not in repr(saved)
+    assert os.fspath(saved) == str(saved.path) and saved.path.is_file()
     ev = Evidence.load("toy", "q1", root=tmp_path)
     assert ev.number() == 0.5 and ev.value("steps") == 3
     assert ev.files("*.json") == [f]
@@ -117,6 +119,12 @@ def test_evidence_round_trip_and_file_verification(tmp_path):
         ev.files()
     with pytest.raises(CheckFailed, match="lacks 'device'"):
         ev.value("device")
+
+
+def test_a_failed_check_shows_one_message_in_jupyter_not_a_traceback():
+    e = CheckFailed("q2: 123 is not 0.5 / MFU")
+    shown = e._render_traceback_()      # IPython prints these lines instead of a traceback into labkit
+    assert "q2: 123 is not 0.5 / MFU" in shown[0] and "labkit/grading" not in "".join(shown)
 
 
 def test_evidence_refusals(tmp_path):

@@ -26,6 +26,7 @@ import math
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,10 @@ MAX_EVIDENCE_BYTES = 4 * 2**20   # an evidence JSON is a summary; larger is refu
 
 class CheckFailed(AssertionError):
     """A check did not pass; the message says what was expected and what was found."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What Jupyter shows instead of a traceback into labkit: the message is the whole story."""
+        return [f"\x1b[1;31m✘ check failed:\x1b[0m {self}", "Fix the answer above, then re-run this cell."]
 
 
 def expect(condition: Any, message: str) -> None:
@@ -91,6 +96,23 @@ def _jsonable(o):
     raise TypeError(f"evidence value of type {type(o).__name__} cannot be stored as JSON")
 
 
+@dataclass(frozen=True)
+class Submitted:
+    """What :meth:`EvidenceBook.submit` saved: shown in a notebook as one short line (no absolute path);
+    ``os.fspath(submitted)`` / ``submitted.path`` is the evidence file."""
+
+    question: str
+    path: Path
+    answered: bool
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        state = "answered" if self.answered else "not answered yet"
+        return f"{self.question}: evidence saved ({state}) as {self.path.parent.name}/{self.path.name}"
+
+
 class EvidenceBook:
     """Writes a lab's evidence files (used in the learner's kernel; imports nothing heavy).
 
@@ -110,8 +132,8 @@ class EvidenceBook:
             return str(p)
 
     def submit(self, question: str, *, answer: Any = None, record: Any = None,
-               files: list | tuple = (), **values: Any) -> Path:
-        """Record the evidence of one question; returns the evidence file's path.
+               files: list | tuple = (), **values: Any) -> Submitted:
+        """Record the evidence of one question; returns a :class:`Submitted` (path-like: the evidence file).
 
         ``answer`` is the learner's answer (None = not answered yet), ``record`` a
         :class:`labkit.record.RunRecord` (or its dict), ``files`` paths the work produced (traces,
@@ -143,7 +165,7 @@ class EvidenceBook:
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / f"{question}.json"
         atomic_write_text(path, text)
-        return path
+        return Submitted(question, path, answer is not None)
 
 
     def load(self, question: str) -> Evidence:

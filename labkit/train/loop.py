@@ -115,10 +115,14 @@ def _batches(cfg: TrainConfig, slowdown_s: float, world_size: int, device):
 def _profiler(cfg: TrainConfig, device, rank: int):
     if not cfg.profile_dir:
         return None, []
+    import os
     from pathlib import Path
 
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    # Kineto prints "USDT:… profiler_start/stop" lines to stderr at every start and stop, at a level only
+    # its "log nothing" setting (6) silences; a user's own KINETO_LOG_LEVEL is kept
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     out = Path(cfg.profile_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"rank{rank}.json"
