@@ -15,3 +15,17 @@ def test_glossary_terms_point_at_real_chapters():
     assert not unknown, f"glossary cites chapters not in labkit/course.toml: {unknown}"
     # every Chinese term carries at least one CJK character
     assert terms["term_zh"].map(lambda s: any("\u4e00" <= ch <= "\u9fff" for ch in s)).all()
+
+
+def test_stored_glossary_links_only_to_notebooks_that_exist():
+    import json
+    import re
+
+    nb_path = paths.repo_root() / "chapters" / "glossary.ipynb"
+    nb = json.loads(nb_path.read_text())
+    text = "".join("".join(o.get("data", {}).get("text/markdown", "")) + "".join(o.get("text", ""))
+                   for c in nb["cells"] for o in c.get("outputs", []))
+    targets = re.findall(r"\]\(([^)\s]+\.ipynb)\)", text)
+    assert targets, "the stored glossary shows no chapter links"
+    missing = sorted({t for t in targets if not (nb_path.parent / t).is_file()})
+    assert not missing, f"glossary links to notebooks that do not exist: {missing}"
