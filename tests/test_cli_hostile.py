@@ -173,7 +173,8 @@ def test_output_folder_that_is_a_file(tmp_path, capsys):
     f.write_text("x")
     for argv, prog in ((["trace", "synth", str(f)], "trace synth"),
                        (["release", str(MINI_LAB), "--out", str(f)], "release"),
-                       (["grade", str(MINI_LAB), str(tmp_path / "none"), "--out", str(f), "--no-progress"], "grade")):
+                       (["grade", str(MINI_LAB), str(tmp_path / "none"), "--out", str(f), "--no-progress"], "grade"),
+                       (["selftest", "--gpu", "--out", str(f)], "selftest")):
         _assert_one_line_error(capsys, main(argv), argv, f, prog)
 
 
@@ -266,7 +267,7 @@ COVERED = {("comm parse", "FILE"), ("trace analyze", "PATH"), ("trace hta", "PAT
            ("diagnose", "--record"), ("diagnose", "--trace"), ("regress save", "--samples"),
            ("regress check", "--samples"), ("regress save", "--store"), ("regress check", "--store"),
            ("release", "LAB"), ("grade", "LAB"), ("launch", "TARGET"),
-           ("trace synth", "OUT"), ("release", "--out"), ("grade", "--out"),
+           ("trace synth", "OUT"), ("release", "--out"), ("grade", "--out"), ("selftest", "--out"),
            ("trace analyze", "--model-config"), ("diagnose", "--model-config")}
 NOT_COVERED = {
     ("grade", "SUBMISSIONS"): "a student's unreadable notebook is graded as a failure (exit 1), the batch goes "
