@@ -40,10 +40,26 @@ def dataset(*parts: str) -> Path:
     return p
 
 
-def work_dir(*parts: str) -> Path:
-    """A writable folder for files a notebook makes (traces, records); ``LABKIT_WORK`` overrides.
+def user_work_root() -> Path:
+    """This user's own work folder: ``$XDG_DATA_HOME/labkit/work`` (default ``~/.local/share/labkit/work``)."""
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "labkit" / "work"
 
-    Defaults to ``build/work`` in the checkout, so chapter 9 can read the trace chapter 8 wrote.
+
+def _writable(folder: Path) -> bool:
+    """``folder`` exists and this process may create files in it, or it can be created."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return os.access(probe, os.W_OK | os.X_OK)
+
+
+def work_dir(*parts: str) -> Path:
+    """A writable folder for files a notebook makes (traces, records, lab evidence); ``LABKIT_WORK`` overrides.
+
+    Defaults to ``build/work`` in the checkout, so chapter 9 can read the trace chapter 8 wrote; when the
+    checkout is read-only (a course installed for many users on a JupyterHub) or absent, to this user's own
+    :func:`user_work_root` — nothing a learner makes is ever written into a shared course.
     """
     base = os.environ.get("LABKIT_WORK")
     if base:
@@ -52,7 +68,9 @@ def work_dir(*parts: str) -> Path:
         try:
             root = repo_root() / "build" / "work"
         except FileNotFoundError:
-            root = Path.home() / ".cache" / "labkit"
+            root = user_work_root()
+        if not _writable(root):
+            root = user_work_root()
     p = root.joinpath(*parts)
     p.mkdir(parents=True, exist_ok=True)
     return p

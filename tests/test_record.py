@@ -273,3 +273,18 @@ def test_fuzz_load_names_the_file_and_the_field(tmp_path):
             f.write_text(json.dumps({"label": "x", field: v}, default=lambda o: o.item()))
             msg = expect_refused(lambda: RunRecord.load(f), field, f"load {field}={v!r:.60}")
             assert str(f) in msg, msg
+
+
+# ---------------------------------------------------------------- where learners' files go
+def test_work_dir_falls_back_to_the_users_own_folder_when_the_course_is_read_only(tmp_path, monkeypatch):
+    """On a hub the course checkout is shared and read-only: traces and lab evidence go to the user's folder."""
+    from labkit import paths
+
+    monkeypatch.delenv("LABKIT_WORK", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert paths.work_dir("x") == paths.repo_root() / "build" / "work" / "x"      # writable checkout
+    monkeypatch.setattr(paths, "_writable", lambda folder: False)                  # read-only checkout
+    got = paths.work_dir("evidence", "lab01")
+    assert got == tmp_path / "data" / "labkit" / "work" / "evidence" / "lab01" and got.is_dir()
+    monkeypatch.setenv("LABKIT_WORK", str(tmp_path / "mine"))                      # the override still wins
+    assert paths.work_dir() == tmp_path / "mine"
