@@ -10,12 +10,19 @@ when widgets cannot render (papermill, nbconvert/HTML, a viewer without the widg
     calc.show()                           # sliders + static table
     calc.compute(mfu=0.3)                 # the same maths, no UI
 
+The sliders start exactly on the table's "defaults" row: both come from one ``compute`` at the same
+inputs and one formatter (:meth:`Calculator.formatted`). A slider is only stepped when its default lies
+on the step grid — a browser snaps the starting value to the grid and sends the snapped value back,
+which would move the first result off the table — and a value that comes back from the browser within
+rounding of the one the kernel holds (``10**log10(x)`` is not always ``x``) is read as that value.
+
 Written for Part I: the cost calculator (chapter 1), the MFU calculator (chapter 4), the scaling
 calculator (chapter 5); other chapters build their own with :class:`Calculator`.
 """
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +35,12 @@ __all__ = ["Param", "Calculator", "widgets_available", "cost_calculator", "mfu_c
 class Param:
     """One input: a slider between ``min`` and ``max`` (log scale when ``log``), or a choice of ``options``.
 
+    ``step`` (in the exponent for a log slider) applies only when ``value`` lies on the step grid from
+    ``min``; otherwise the slider is continuous, so that it starts exactly on ``value``. ``readout`` is the
+    slider's number format (d3-format, as ipywidgets uses); by default trimmed significant digits — four,
+    or five for ranges past 10⁴ (``989.5``, ``0.4``, ``15600``, ``4.8e+10``) — with no separators or
+    SI prefixes, so that a learner can edit the readout.
+
     Taught in chapter 1 (the cost calculator is built from them)."""
 
     name: str
@@ -39,8 +52,16 @@ class Param:
     log: bool = False
     integer: bool = False
     options: tuple = ()
+    readout: str | None = None
 
     def __post_init__(self):
+        if self.readout is not None and (not isinstance(self.readout, str) or not self.readout):
+            raise ValueError(f"Param {self.name}: readout must be a non-empty d3-format string such as "
+                             f"'.2f', got {self.readout!r}")
+        if self.step is not None and not self.options and (
+                isinstance(self.step, bool) or not isinstance(self.step, numbers.Real)
+                or not (math.isfinite(self.step) and self.step > 0)):
+            raise ValueError(f"Param {self.name}: step must be a finite number > 0, got {self.step!r}")
         if self.options:
             if self.value not in self.options:
                 raise ValueError(f"Param {self.name}: value {self.value!r} not in options {self.options}")
@@ -63,6 +84,35 @@ class Param:
             raise ValueError(f"{self.name} must be in [{self.min}, {self.max}], got {v!r}")
         return int(round(x)) if self.integer else x
 
+    def readout_format(self) -> str:
+        """The slider's d3-format: ``readout`` if given, else one chosen from the range (see the class)."""
+        if self.readout:
+            return self.readout
+        if self.integer:
+            return "d"
+        return ".5" if self.max > 1e4 else ".4"     # no type: d3's ~g, trailing zeros trimmed
+
+    def slider_step(self) -> float | None:
+        """``step`` when ``value`` is on its grid (a browser then keeps the value), else None (continuous)."""
+        if self.options:
+            return None
+        step = self.step if self.step is not None else (0.01 if self.log else None)
+        if self.integer:
+            step = int(step or 1)
+        if step is None:
+            return None
+        offset = (math.log10(self.value) - math.log10(self.min)) if self.log else (self.value - self.min)
+        k = offset / step
+        return step if abs(k - round(k)) <= 1e-6 else (1 if self.integer else None)
+
+    def same_value(self, a, b) -> bool:
+        """True when ``a`` and ``b`` differ by no more than a browser's rounding of one slider value."""
+        if self.options or self.integer:
+            return a == b
+        if self.log:
+            return math.isclose(a, b, rel_tol=1e-9)
+        return abs(a - b) <= 1e-9 * max(self.max - self.min, abs(b))
+
 
 def widgets_available() -> bool:
     """True when ipywidgets imports, an IPython kernel is running, and LABKIT_WIDGETS is not "0". Chapter 1."""
@@ -77,12 +127,15 @@ def widgets_available() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
-def _fmt(v) -> str:
+def _fmt(v, spec: str | None = None) -> str:
+    """A number for a table cell or the result line: four significant digits, or ``format(v, spec)``."""
     if isinstance(v, str):
         return v
     if isinstance(v, bool):
         return str(v)
     x = float(v)
+    if spec:
+        return format(x, spec)
     if x != 0 and (abs(x) >= 1e6 or abs(x) < 1e-3):
         return f"{x:.3g}"
     return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
@@ -94,7 +147,7 @@ class Calculator:
     Taught in chapter 1; chapters 4 and 5 use the MFU and scaling calculators built on it."""
 
     def __init__(self, fn: Callable[..., dict], params: list[Param], *, title: str,
-                 variations: list[dict] | None = None):
+                 variations: list[dict] | None = None, formats: dict[str, str] | None = None):
         if not params:
             raise ValueError("a Calculator needs at least one Param")
         names = [p.name for p in params]
@@ -104,10 +157,18 @@ class Calculator:
         self.variations = [dict(v) for v in (variations or [])]
         for v in self.variations:
             self._inputs(v)            # validate early: a typo in a variation is an author error
+        self.formats = dict(formats or {})
+        for k, spec in self.formats.items():
+            try:
+                format(1.5, spec)
+            except (TypeError, ValueError):
+                raise ValueError(f"{title}: format for output {k!r} must be a Python format spec such as "
+                                 f"',.1f', got {spec!r}") from None
 
     @property
     def defaults(self) -> dict:
-        return {p.name: p.value for p in self.params}
+        """The inputs of the table's "defaults" row and of the widget's first result (validated)."""
+        return {p.name: p.validate(p.value) for p in self.params}
 
     def _inputs(self, overrides: dict) -> dict:
         by = {p.name: p for p in self.params}
@@ -126,10 +187,18 @@ class Calculator:
             raise TypeError(f"{self.title}: the calculator function must return a non-empty dict")
         return out
 
+    def formatted(self, out: dict) -> dict:
+        """Outputs as shown in the table and on the widget's result line (one formatter for both)."""
+        unknown = sorted(set(self.formats) - set(out))
+        if unknown:
+            raise ValueError(f"{self.title}: formats name output(s) {unknown} that the function does not "
+                             f"return; outputs: {list(out)}")
+        return {k: _fmt(v, self.formats.get(k)) for k, v in out.items()}
+
     def text(self, **overrides) -> str:
         values = self._inputs(overrides)
-        out = self.compute(**overrides)
-        return "; ".join(f"{k} = {_fmt(v)}" for k, v in out.items()) + "   (" + ", ".join(
+        out = self.formatted(self.compute(**overrides))
+        return "; ".join(f"{k} = {v}" for k, v in out.items()) + "   (" + ", ".join(
             f"{p.label} = {_fmt(values[p.name])}" for p in self.params) + ")"
 
     def table(self, variations: list[dict] | None = None):
@@ -142,40 +211,61 @@ class Calculator:
             rows.append({"case": label, **self.compute(**var)})
         return pd.DataFrame(rows).set_index("case")
 
+    def formatted_table(self, variations: list[dict] | None = None):
+        """:meth:`table` with every cell as :meth:`formatted` shows it (what ``show`` prints)."""
+        t = self.table(variations)
+        return t.apply(lambda row: self.formatted(row.to_dict()), axis=1, result_type="expand")
+
+    def _control(self, w, p: Param):
+        from traitlets import TraitError
+
+        style, layout = {"description_width": "initial"}, w.Layout(width="480px")
+        if p.options:
+            return w.Dropdown(options=list(p.options), value=p.value, description=p.label, style=style)
+        common = dict(description=p.label, style=style, layout=layout, readout_format=p.readout_format())
+        try:
+            if p.integer:
+                return w.IntSlider(value=int(p.value), min=int(p.min), max=int(p.max), step=p.slider_step(),
+                                   **common)
+            if p.log:
+                return w.FloatLogSlider(value=p.value, min=math.log10(p.min), max=math.log10(p.max),
+                                        step=p.slider_step(), **common)
+            return w.FloatSlider(value=p.value, min=p.min, max=p.max, step=p.slider_step(), **common)
+        except TraitError:
+            raise ValueError(f"Param {p.name}: readout {p.readout_format()!r} is not a number format that "
+                             f"ipywidgets accepts (d3-format without '~', e.g. '.4', '.2f', 'd')") from None
+
     def widget(self):
-        """The ipywidgets UI (sliders + a live result line). Raises ImportError without ipywidgets."""
+        """The ipywidgets UI (sliders + a live result line). Raises ImportError without ipywidgets.
+
+        The box carries ``controls`` (name -> slider), ``result`` (the HTML line), ``inputs`` (the exact
+        inputs of the last result), ``outputs`` (its values) and ``shown`` (its text, as in the table)."""
         import ipywidgets as w
 
-        controls = {}
-        for p in self.params:
-            style = {"description_width": "initial"}
-            layout = w.Layout(width="480px")
-            if p.options:
-                c = w.Dropdown(options=list(p.options), value=p.value, description=p.label, style=style)
-            elif p.log:
-                c = w.FloatLogSlider(value=p.value, min=math.log10(p.min), max=math.log10(p.max),
-                                     step=p.step or 0.01, description=p.label, style=style, layout=layout)
-            elif p.integer:
-                c = w.IntSlider(value=int(p.value), min=int(p.min), max=int(p.max), step=int(p.step or 1),
-                                description=p.label, style=style, layout=layout)
-            else:
-                c = w.FloatSlider(value=p.value, min=p.min, max=p.max, step=p.step or (p.max - p.min) / 100,
-                                  description=p.label, style=style, layout=layout, readout_format=".3g")
-            controls[p.name] = c
+        by = {p.name: p for p in self.params}
+        controls = {p.name: self._control(w, p) for p in self.params}
+        inputs = self.defaults
         result = w.HTML()
+        box = w.VBox([w.HTML(f"<b>{self.title}</b>"), *controls.values(), result])
+        box.controls, box.result, box.inputs = controls, result, inputs   # for tests and for learners
 
-        def update(_=None):
+        def update(change=None):
+            if change is not None:
+                p = by[next(k for k, c in controls.items() if c is change["owner"])]
+                new = change["new"] if p.options else min(max(change["new"], p.min), p.max)  # 10**log10(max)
+                if not p.same_value(new, inputs[p.name]):
+                    inputs[p.name] = new           # a real move; a browser's echo keeps the exact value
             try:
-                out = self.compute(**{k: c.value for k, c in controls.items()})
-                result.value = "<br>".join(f"<b>{k}</b>: {_fmt(v)}" for k, v in out.items())
+                box.outputs = self.compute(**inputs)
+                box.shown = self.formatted(box.outputs)
+                result.value = "<br>".join(f"<b>{k}</b>: {v}" for k, v in box.shown.items())
             except (ValueError, TypeError) as e:
+                box.outputs, box.shown = {}, {}
                 result.value = f"<span style='color:#C44E52'>{e}</span>"
 
         for c in controls.values():
             c.observe(update, names="value")
         update()
-        box = w.VBox([w.HTML(f"<b>{self.title}</b>"), *controls.values(), result])
-        box.controls, box.result = controls, result   # for tests and for learners who script it
         return box
 
     def show(self, mode: str = "auto") -> str:
@@ -192,7 +282,7 @@ class Calculator:
             display(self.widget())
             used = "widget"
         print(f"{self.title} — static table (the same maths as the sliders):")
-        print(self.table().map(_fmt).to_string())
+        print(self.formatted_table().to_string())
         return used
 
 
@@ -227,7 +317,8 @@ def cost_calculator(*, n_params_b: float = 8.0, tokens_b: float = 1000.0, n_devi
         Param("throughput_drop", "throughput drop", throughput_drop, 0.0, 0.9, step=0.01),
     ]
     variations = [{"mfu": round(mfu * (1 - throughput_drop), 6)}, {"n_devices": max(1, n_devices // 2)}]
-    return Calculator(fn, params, title="Training cost calculator", variations=variations)
+    return Calculator(fn, params, title="Training cost calculator", variations=variations,
+                      formats={"wall-clock days": ",.1f"})
 
 
 def mfu_calculator(*, tokens_per_s: float = 3000.0, flops_per_token: float = 6 * 8e9, n_devices: int = 1,

@@ -1,4 +1,6 @@
 """labkit.widgets: calculators build headless, compute the same maths, and fall back to a table."""
+import math
+
 import pytest
 
 from labkit import cost, scaling, widgets
@@ -59,3 +61,106 @@ def test_bad_inputs_are_named():
     c = widgets.Calculator(lambda x: {"y": scaling.speedup(1, x)}, [widgets.Param("x", "x", 0.5)], title="t")
     assert c.compute(x=0.25)["y"] == 4
     assert "y = 2" in c.text()
+
+
+# ---------------------------------------------------------------- the widget starts on the table's defaults row
+# Inputs as the chapters pass them: measured and catalogue values that lie between slider steps.
+CHAPTER_CASES = {
+    "ch01 cost": lambda: widgets.cost_calculator(n_params_b=403.752042496, tokens_b=15600, n_devices=16384,
+                                                 peak_tflops=989.5, mfu=0.40, price_per_device_hour=2.49,
+                                                 throughput_drop=0.30),
+    "ch04 mfu": lambda: widgets.mfu_calculator(tokens_per_s=6761.283841315374, flops_per_token=5.7231e6,
+                                               n_devices=1, peak_tflops=0.11423, recompute_factor=1.1523),
+    "ch05 scaling": lambda: widgets.scaling_calculator(t1_ms=360, n=4, comm_ms=64.87, sync_ms=45.31),
+}
+
+
+def _browser_echo(c) -> float:
+    """The value a browser sends back when it draws slider ``c`` (ipywidgets 8 + noUiSlider 15): the start
+    position (``ln v / ln base`` for a log slider) to a percentage of the range, snapped to the step grid
+    from ``min`` when there is a step, and back."""
+    log = hasattr(c, "base")
+    x = min(max(math.log(c.value) / math.log(c.base), c.min), c.max) if log else c.value
+    span = c.max - c.min
+    pct = (x - c.min) * 100 / span
+    if c.step is not None:
+        grid = c.step * 100 / span
+        pct = round(pct / grid) * grid
+    x = pct * span / 100 + c.min
+    return c.base ** x if log else round(x) if isinstance(c.value, int) else x   # IntSlider: Math.round
+
+
+def _row(calc, which="defaults", **overrides):
+    raw = calc.table([overrides] if overrides else []).loc[which].to_dict()
+    shown = calc.formatted_table([overrides] if overrides else []).loc[which].to_dict()
+    return raw, shown
+
+
+@pytest.mark.parametrize("case", sorted(CHAPTER_CASES))
+def test_widget_first_result_is_the_tables_defaults_row(case):
+    pytest.importorskip("ipywidgets")
+    calc = CHAPTER_CASES[case]()
+    box = calc.widget()
+    raw, shown = _row(calc)
+    assert box.outputs == raw                        # the same numbers, not approximately
+    assert box.shown == shown                        # and the same text as the printed table
+    assert all(f"<b>{k}</b>: {v}<" in box.result.value + "<" for k, v in shown.items())
+    for c in box.controls.values():                  # the browser draws the sliders and sends values back
+        c.value = _browser_echo(c)
+    assert box.outputs == raw and box.shown == shown
+    assert box.inputs == calc.defaults
+
+
+@pytest.mark.parametrize("case, name, value", [("ch01 cost", "peak_tflops", 500.0), ("ch01 cost", "mfu", 0.55),
+                                               ("ch04 mfu", "tokens_per_s", 3000.0),
+                                               ("ch04 mfu", "recompute_factor", 1.0),
+                                               ("ch05 scaling", "n", 8), ("ch05 scaling", "comm_ms", 10.0)])
+def test_moving_a_slider_recomputes_with_the_table_maths(case, name, value):
+    pytest.importorskip("ipywidgets")
+    calc = CHAPTER_CASES[case]()
+    box = calc.widget()
+    first = dict(box.outputs)
+    box.controls[name].value = value
+    raw, shown = _row(calc, f"{name}={widgets._fmt(value)}", **{name: value})
+    assert box.outputs == raw == calc.compute(**{name: value}) and box.outputs != first
+    assert box.shown == shown and box.inputs[name] == value
+
+
+def test_sliders_start_on_their_value_and_read_out_sensibly():
+    pytest.importorskip("ipywidgets")
+    box = CHAPTER_CASES["ch01 cost"]().widget()
+    peak, mfu, devices = box.controls["peak_tflops"], box.controls["mfu"], box.controls["n_devices"]
+    assert peak.step is None and peak.value == pytest.approx(989.5, rel=1e-12)   # off the grid: continuous
+    assert peak.readout_format == ".4" and format(989.5, ".4g") == "989.5"       # d3 ".4": 989.5, not 1.00e+3
+    assert mfu.step == 0.01 and _browser_echo(mfu) == pytest.approx(0.4, abs=1e-12)  # on the grid: stepped
+    assert devices.readout_format == "d" and devices.step == 1
+    assert box.controls["price_per_device_hour"].step is None                   # 2.49 is between 0.1 steps
+    wide = CHAPTER_CASES["ch04 mfu"]().widget().controls["flops_per_token"]
+    assert wide.readout_format == ".5"                                            # 5.7231e+6, editable
+    assert box.shown["wall-clock days"] == f"{box.outputs['wall-clock days']:,.1f}"
+
+
+def test_a_browser_rounding_at_the_end_of_a_log_slider_is_not_an_error():
+    pytest.importorskip("ipywidgets")
+    calc = widgets.cost_calculator()
+    box = calc.widget()
+    box.controls["peak_tflops"].value = 10 ** math.log10(5000.0)     # 5000.000000000001 from the browser
+    assert "color:#C44E52" not in box.result.value
+    assert box.outputs == calc.compute(peak_tflops=5000.0)
+
+
+def test_formats_and_readouts_are_checked():
+    with pytest.raises(ValueError, match="format for output 'y'.*'%q'"):
+        widgets.Calculator(lambda x: {"y": x}, [widgets.Param("x", "x", 0.5)], title="t", formats={"y": "%q"})
+    c = widgets.Calculator(lambda x: {"y": x}, [widgets.Param("x", "x", 0.5)], title="t", formats={"z": ".1f"})
+    with pytest.raises(ValueError, match=r"formats name output\(s\) \['z'\]"):
+        c.text()
+    with pytest.raises(ValueError, match="readout must be"):
+        widgets.Param("x", "x", 0.5, readout="")
+    assert widgets.Param("x", "x", 0.5, readout=".2f").readout_format() == ".2f"
+    with pytest.raises(ValueError, match="step must be a finite number > 0, got -1"):
+        widgets.Param("x", "x", 0.5, step=-1)
+    pytest.importorskip("ipywidgets")
+    bad = widgets.Calculator(lambda x: {"y": x}, [widgets.Param("x", "x", 0.5, readout=".3~g")], title="t")
+    with pytest.raises(ValueError, match=r"Param x: readout '\.3~g' is not a number format"):
+        bad.widget()
