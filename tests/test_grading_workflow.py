@@ -176,7 +176,7 @@ def test_instructor_copies_are_recognised():
 
 
 # ---------------------------------------------------------------- the batch, with a stand-in grader
-def _fake_grade_one(calls, out_dir):
+def _fake_grade_one(calls):
     def grade_one(lab, sub, student, out, cfg):
         calls.append(student)
         pending = read_pending(Path(out), lab)
@@ -193,7 +193,7 @@ def _fake_grade_one(calls, out_dir):
 
 def test_batch_with_roster_late_upload_feedback_and_pending(tmp_path, monkeypatch):
     calls: list[str] = []
-    monkeypatch.setattr(batch_mod, "grade_one", _fake_grade_one(calls, tmp_path))
+    monkeypatch.setattr(batch_mod, "grade_one", _fake_grade_one(calls))
     subs = tmp_path / "subs"
     now = time.time()
     for name, t in ((CANVAS, now - 10), (CANVAS_LATE, now), (MOODLE, now), ("zed_99999_1_mini_lab.ipynb", now)):
@@ -224,7 +224,7 @@ def test_batch_with_roster_late_upload_feedback_and_pending(tmp_path, monkeypatc
 
 
 def test_shards_merged_equal_one_unsharded_run_fast(tmp_path, monkeypatch):
-    monkeypatch.setattr(batch_mod, "grade_one", _fake_grade_one([], tmp_path))
+    monkeypatch.setattr(batch_mod, "grade_one", _fake_grade_one([]))
     subs = tmp_path / "subs"
     for n in ("ann", "ben", "cat", "dan", "eve"):
         _touch(subs, f"{n}.ipynb", mtime=1_700_000_000)
@@ -334,6 +334,6 @@ def test_kill_9_of_a_forced_run_leaves_no_process_and_the_rerun_regrades(tmp_pat
     assert read_pending(out, lab) == {"teacher"}
     # the re-run, without --force, regrades what the killed run had been forced to regrade
     calls: list[str] = []
-    monkeypatch.setattr(batch_mod, "grade_one", _fake_grade_one(calls, tmp_path))
+    monkeypatch.setattr(batch_mod, "grade_one", _fake_grade_one(calls))
     res = grade(MINI, [subs], out, GradeConfig(progress=False))
     assert calls == ["teacher"] and res.graded == ["teacher"] and read_pending(out, lab) == set()
