@@ -194,7 +194,8 @@ def test_gradebook_has_one_row_per_student_and_resume_rules(tmp_path):
     with open(path) as f:
         got = list(csv.DictReader(f))
     assert [r["student"] for r in got] == ["ann", "ben"]
-    assert list(got[0]) == ["student", "lab", "timestamp", "score", "max_score", "q1", "q2", "q3", "status"]
+    assert list(got[0]) == ["student", "lab", "timestamp", "score", "max_score", "q1", "q2", "q3", "status",
+                            "source_copy", "file", "late", "replaced", "roster"]
     assert got[1]["q1"] == "2.0" and got[1]["q2"] == "0.0"
     assert _complete(fbdir / "ann.json", "abc", lab)
     assert not _complete(fbdir / "ann.json", "other-bytes", lab)

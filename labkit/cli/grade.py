@@ -1,4 +1,5 @@
-"""``labkit grade LAB SUBMISSIONS... --out DIR``: grade every submission of a lab (labkit.grading.batch)."""
+"""``labkit grade LAB SUBMISSIONS... --out DIR``: grade every submission of a lab (labkit.grading.batch);
+``labkit grade-merge OUT SHARD...``: join the gradebooks of a sharded run (labkit.grading.gradebook)."""
 from __future__ import annotations
 
 import argparse
@@ -8,13 +9,23 @@ EPILOG = """\
 Each submission runs with papermill in its own folder (DIR/work/<student>), in a subprocess with a
 notebook and a per-cell time limit and CPU-time / file-size (and optionally memory) rlimits; the lab's
 hidden checks then run in a fresh process against the evidence the notebook recorded. Output:
-DIR/gradebook.csv (student, lab, timestamp, score, max_score, one column per question, status),
-DIR/feedback/<student>.json and DIR/executed/<student>.ipynb. A re-run skips submissions already graded
-(same notebook bytes, same lab source) unless --force.
+DIR/gradebook.csv (student, lab, timestamp, score, max_score, one column per question, status,
+source_copy, file, late, replaced, roster), DIR/feedback/<student>.json (the instructor's record),
+DIR/feedback/<student>.md (for the learner; --feedback-values hide replaces the numbers their evidence
+does not contain by [hidden]) and DIR/executed/<student>.ipynb. A re-run skips submissions already
+graded (same notebook bytes, same lab source) unless --force; students an interrupted --force run had
+not finished are regraded.
+
+Students: nbgrader's <student>/<lab>/<lab>.ipynb, Canvas and Moodle bulk-download names (a late Canvas
+re-upload, name-1.ipynb, replaces the earlier file), mapped to --roster ids when given. Roster CSV
+columns: student_id (required), name, login, canvas_id, moodle_id.
 
 examples:
   labkit release lab01_baseline --out release/
   labkit grade lab01_baseline submitted/ --out grades/ --workers 2 --param FAST=True
+  labkit grade lab01_baseline canvas_export/ --roster roster.csv --out grades/
+  labkit grade lab01_baseline subs/ --out grades/shard2 --shard 2/4     # on four machines, then:
+  labkit grade-merge grades/gradebook.csv grades/shard1 grades/shard2 grades/shard3 grades/shard4
 """
 
 
@@ -49,8 +60,20 @@ def register(subparsers) -> None:
                         "CUDA reserves huge virtual ranges); 0 turns it off")
     p.add_argument("--output-mb", type=float, default=4.0, help="cell output kept per notebook, MiB (default 4)")
     p.add_argument("--check-timeout", type=float, default=120.0, help="seconds per hidden check (default 120)")
+    p.add_argument("--roster", metavar="CSV", help="class list: student_id, name, login, canvas_id, moodle_id")
+    p.add_argument("--feedback-values", choices=["show", "hide"], default="hide",
+                   help="whether the learner's feedback .md shows the values the checks expected (default hide)")
+    p.add_argument("--shard", metavar="i/N", help="grade only the i-th of every N students (sorted by id)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=handler)
+    m = subparsers.add_parser(
+        "grade-merge", help="merge the gradebooks of a sharded labkit grade run",
+        description="Write OUT (a CSV) with the rows of every shard's gradebook, sorted by student; refuses "
+                    "shards of different labs or columns and a student graded twice.")
+    m.add_argument("merged", metavar="OUT", help="merged gradebook to write (.csv)")
+    m.add_argument("gradebooks", metavar="SHARD", nargs="+", help="a shard's gradebook.csv or its --out folder")
+    m.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    m.set_defaults(func=merge_handler)
 
 
 def handler(args) -> int:
@@ -62,10 +85,28 @@ def handler(args) -> int:
     limits = Limits(notebook_s=args.timeout, cell_s=args.cell_timeout, cpu_s=args.cpu_s,
                     fsize_mb=args.fsize_mb, output_mb=args.output_mb, **mem)
     cfg = GradeConfig(limits=limits, workers=args.workers, params=dict(args.param), force=args.force,
-                      check_s=args.check_timeout, progress=not args.no_progress)
+                      check_s=args.check_timeout, progress=not args.no_progress, roster=args.roster,
+                      shard=args.shard, feedback_values=args.feedback_values)
     res = grade(read_lab(args.lab), args.submissions, args.out, cfg)
     for row in res.rows:
-        print(f"{row['student']:<24} {row['score']:>6g} / {row['max_score']:g}  {row['status']}")
+        marks = " ".join(x for x in (row["source_copy"] and f"source:{row['source_copy']}",
+                                     row["late"] and "late", row["roster"] == "not in roster" and "NOT IN ROSTER") if x)
+        print(f"{row['student']:<24} {row['score']:>6g} / {row['max_score']:g}  {row['status']}  {marks}".rstrip())
+    for n, old in res.replaced.items():
+        print(f"{n}: latest upload graded; replaced {', '.join(old)}")
+    if res.unmatched:
+        print(f"not in the roster ({len(res.unmatched)}; graded under the id from the file name): "
+              f"{', '.join(res.unmatched)}")
+    if res.missing:
+        print(f"in the roster, no submission ({len(res.missing)}): {', '.join(res.missing)}")
     print(f"graded {len(res.graded)}, skipped (already graded) {len(res.skipped)}, grader errors "
           f"{len(res.failed)} -> {res.gradebook}")
     return 1 if res.failed else 0
+
+
+def merge_handler(args) -> int:
+    from labkit.grading.gradebook import merge
+
+    path, rows = merge(args.merged, args.gradebooks, overwrite=args.overwrite)
+    print(f"merged {len(rows)} students from {len(args.gradebooks)} gradebooks -> {path}")
+    return 0

@@ -4,8 +4,11 @@
 - :func:`expect`, :class:`CheckFailed`, :func:`close` — the verbs of visible and hidden checks.
 - :func:`load_lab`, :func:`release` — parse an instructor source; write the learner version.
 - :func:`grade`, :class:`GradeConfig`, :class:`Limits` — grade a batch of submissions.
+- :mod:`~labkit.grading.students` (LMS names, roster, late uploads, shards), :mod:`~labkit.grading.feedback`
+  (the learner's Markdown, withheld values), :mod:`~labkit.grading.gradebook` (the CSV, merging shards).
 
-Command line: ``labkit release LAB --out DIR`` and ``labkit grade LAB SUBMISSIONS... --out DIR``.
+Command line: ``labkit release LAB --out DIR``, ``labkit grade LAB SUBMISSIONS... --out DIR`` and
+``labkit grade-merge OUT SHARD...``; the instructor's workflow is in ``labs/README.md``.
 
 Taught in the labs (``labs/``): every lab records its evidence with :class:`EvidenceBook`.
 """

@@ -9,21 +9,27 @@ each submission
 3. runs the lab's hidden checks in another fresh process (:mod:`labkit.grading.checker`) against the
    evidence the notebook recorded — never against anything the kernel printed;
 4. writes ``DIR/feedback/<student>.json`` (score per question, each check's message, what ran, what
-   failed, cell structure by id) atomically, and rebuilds ``DIR/gradebook.csv`` from all of them.
+   failed, cell structure by id, whether it is the instructor's own copy) atomically, the learner's
+   ``DIR/feedback/<student>.md`` (:mod:`labkit.grading.feedback`), and rebuilds ``DIR/gradebook.csv``
+   from all of them (:mod:`labkit.grading.gradebook`).
+
+Students come from the file names (nbgrader, Canvas, Moodle) and an optional roster; a late
+re-upload replaces the earlier one (:mod:`labkit.grading.students`). ``shard=(i, N)`` grades every
+N-th student only, for spreading a class over machines (see ``labs/README.md``).
 
 A re-run skips submissions whose feedback is complete for the same notebook bytes and lab source
 (``force=True`` regrades), so a batch killed midway resumes, and the gradebook, being rebuilt from the
-per-student files, never holds a duplicate row.
+per-student files, never holds a duplicate row. Before a forced run grades anything it lists its
+students in ``DIR/.pending-<lab>.json`` and strikes each one off once graded: a re-run after a forced
+run was interrupted regrades whoever is still listed, with or without ``force``.
 
 Taught in the instructor notes of the labs (``labkit grade --help``).
 """
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
 import json
-import re
+import os
 import shutil
 import subprocess
 import sys
@@ -33,14 +39,16 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.grading import sandbox
+from labkit.grading import feedback, sandbox
 from labkit.grading.evidence import sha256_file
-from labkit.grading.labfmt import Lab, learner_notebook, load_lab
+from labkit.grading.gradebook import FIXED_COLUMNS, write_gradebook
+from labkit.grading.labfmt import Lab, learner_notebook, load_lab, source_copy
+from labkit.grading.students import Roster, Student, parse_shard, resolve, shard_of, student_of
 from labkit.record import atomic_write_text
 
 GRADER_VERSION = 1
-FIXED_COLUMNS = ["student", "lab", "timestamp", "score", "max_score"]
-_SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+__all__ = ["GradeConfig", "GradeResult", "FIXED_COLUMNS", "collect", "grade", "grade_one", "student_of",
+           "write_gradebook"]
 
 
 @dataclass(frozen=True)
@@ -55,8 +63,15 @@ class GradeConfig:
     protect: tuple = ()                # files/folders a submission must not modify (default: labkit itself)
     progress: bool = True
     kernel_name: str = "python3"
+    roster: str | None = None          # a roster CSV (labkit.grading.students.Roster)
+    shard: tuple | str | None = None   # (i, N) or "i/N": grade every N-th student from the i-th
+    feedback_values: str = "hide"      # "show" / "hide" correct values in the learner's Markdown
 
     def __post_init__(self):
+        feedback.check_values(self.feedback_values)
+        if self.shard is not None:
+            i, n = parse_shard(self.shard if isinstance(self.shard, str) else "/".join(map(str, self.shard)))
+            object.__setattr__(self, "shard", (i, n))
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ValueError(f"workers={self.workers!r}; must be an integer >= 1")
         if not isinstance(self.params, dict):
@@ -72,6 +87,9 @@ class GradeResult:
     graded: list[str]
     skipped: list[str]
     failed: list[str]     # grader-side failures (never a student's fault); regraded on the next run
+    unmatched: list[str] = field(default_factory=list)   # graded, but not in the roster
+    missing: list[str] = field(default_factory=list)     # in the roster, no submission
+    replaced: dict = field(default_factory=dict)         # student -> earlier uploads their latest replaced
 
 
 # ---------------------------------------------------------------- submissions
@@ -90,18 +108,6 @@ def collect(paths) -> list[Path]:
     if not out:
         raise ValueError(f"no .ipynb submissions found in {[str(p) for p in paths]}")
     return list(dict.fromkeys(out))
-
-
-def student_of(path: Path, lab_id: str) -> str:
-    """``alice.ipynb`` -> alice; nbgrader layout ``<student>/<lab>/<lab>.ipynb`` -> the student folder."""
-    path = Path(path)
-    name = path.stem
-    if name == lab_id:
-        for part in reversed(path.parent.parts):
-            if part != lab_id:
-                name = part
-                break
-    return _SAFE.sub("_", name).strip("._") or "unnamed"
 
 
 # ---------------------------------------------------------------- one submission
@@ -167,6 +173,10 @@ def grade_one(lab: Lab, sub: Path, student: str, out: Path, cfg: GradeConfig) ->
         fb["notes"].append(f"the submission is not a readable notebook: {type(e).__name__}: {str(e)[:300]}")
         return fb
     fb["structure"] = _structure(lab, nb)
+    fb["source_copy"] = source_copy(lab, nb)
+    if fb["source_copy"]:
+        fb["notes"].append("this is the instructor's source (identical)" if fb["source_copy"] == "identical"
+                           else "this notebook holds the instructor's solution or hidden-check regions")
     for f in lab.support_files():
         target = work / f.relative_to(lab.dir)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -178,7 +188,8 @@ def grade_one(lab: Lab, sub: Path, student: str, out: Path, cfg: GradeConfig) ->
     env = sandbox.env_for_submission(work / "work")
     spec = {"input": str(src), "output": str(executed), "status": str(private / "status.json"), "cwd": str(work),
             "parameters": cfg.params, "cell_s": lim.cell_s, "notebook_s": lim.notebook_s,
-            "output_bytes": int(lim.output_mb * 2**20), "kernel_name": cfg.kernel_name}
+            "output_bytes": int(lim.output_mb * 2**20), "kernel_name": cfg.kernel_name,
+            "grader_pid": os.getpid()}
     (private / "spec.json").write_text(json.dumps(spec))
     t1 = time.perf_counter()
     rc, killed = _run(sandbox.python_cmd() + ["-m", "labkit.grading.executor", str(private / "spec.json")],
@@ -267,9 +278,12 @@ def _score(lab: Lab, results: list[dict], report: dict) -> dict:
         total = sum(r["weight"] for r in rs) or 1.0
         got = sum(r["weight"] for r in rs if r.get("passed"))
         cells = [c for c in report.get("cells", []) if c.get("id") == q.id]
-        first_fail = next((r["message"] for r in rs if not r.get("passed")), None)
+        first_fail = next((r for r in rs if not r.get("passed")), None)
         out[q.id] = {"score": round(q.points * got / total, 6), "max_score": q.points, "checks": rs,
-                     "answer_cells": cells, "feedback": first_fail or "all checks passed"}
+                     "answer_cells": cells,
+                     "feedback": first_fail["message"] if first_fail else "all checks passed",
+                     "learner_feedback": first_fail.get("learner_message", first_fail["message"])
+                     if first_fail else "all checks passed"}
     return out
 
 
@@ -283,29 +297,41 @@ def _complete(path: Path, sha: str, lab: Lab) -> bool:
             and fb.get("grader_version") == GRADER_VERSION)
 
 
-def write_gradebook(lab: Lab, out: Path) -> tuple[Path, list[dict]]:
-    """Rebuild ``out/gradebook.csv`` from every complete feedback file of ``lab`` (one row per student)."""
-    rows = []
-    for p in sorted((out / "feedback").glob("*.json")):
-        try:
-            fb = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if fb.get("lab") != lab.id or not fb.get("complete"):
-            continue
-        row = {k: fb.get(k) for k in FIXED_COLUMNS}
-        for q in lab.questions:
-            row[q.id] = (fb.get("questions") or {}).get(q.id, {}).get("score", 0.0)
-        row["status"] = fb.get("status")
-        rows.append(row)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIXED_COLUMNS + [q.id for q in lab.questions] + ["status"],
-                       lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    path = out / "gradebook.csv"
-    atomic_write_text(path, buf.getvalue())
-    return path, rows
+def _pending_path(out: Path, lab: Lab) -> Path:
+    return out / f".pending-{lab.id}.json"
+
+
+def read_pending(out: Path, lab: Lab) -> set[str]:
+    """Students a forced run was asked to regrade and had not finished (see the module docstring)."""
+    try:
+        doc = json.loads(_pending_path(out, lab).read_text())
+    except (OSError, json.JSONDecodeError):
+        return set()
+    return set(doc.get("students", [])) if isinstance(doc, dict) else set()
+
+
+def _write_pending(out: Path, lab: Lab, students) -> None:
+    path = _pending_path(out, lab)
+    if students:
+        atomic_write_text(path, json.dumps({"lab": lab.id, "students": sorted(students)}, indent=1))
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _save(out: Path, fb: dict, cfg: GradeConfig) -> None:
+    atomic_write_text(out / "feedback" / f"{fb['student']}.json", json.dumps(fb, indent=1, default=str))
+    if fb.get("complete"):
+        feedback.write(out, fb, cfg.feedback_values)
+
+
+def _refresh(out: Path, st: Student, cfg: GradeConfig) -> None:
+    """A skipped student's feedback: record how the file is attributed now, rewrite the Markdown."""
+    path = out / "feedback" / f"{st.id}.json"
+    fb = json.loads(path.read_text())
+    if fb.get("submitted_as") != st.info():
+        fb["submitted_as"] = st.info()
+        atomic_write_text(path, json.dumps(fb, indent=1, default=str))
+    feedback.write(out, fb, cfg.feedback_values)
 
 
 def grade(lab, submissions, out, config: GradeConfig | None = None) -> GradeResult:
@@ -313,20 +339,22 @@ def grade(lab, submissions, out, config: GradeConfig | None = None) -> GradeResu
     cfg = config or GradeConfig()
     parsed = lab if isinstance(lab, Lab) else load_lab(lab)
     out = Path(out)
+    roster = Roster.load(cfg.roster) if cfg.roster else None
+    students = resolve(collect(submissions), parsed.id, roster)
     (out / "feedback").mkdir(parents=True, exist_ok=True)
-    subs = collect(submissions)
-    names: dict[str, Path] = {}
-    for s in subs:
-        n = student_of(s, parsed.id)
-        if n in names:
-            raise ValueError(f"two submissions map to student {n!r}: {names[n]} and {s}; rename one")
-        names[n] = s
+    mine = shard_of(students, cfg.shard)
+    pending = read_pending(out, parsed)
     todo, skipped = [], []
-    for n, s in names.items():
-        if not cfg.force and _complete(out / "feedback" / f"{n}.json", sha256_file(s), parsed):
-            skipped.append(n)
-        else:
+    for n in mine:
+        st = students[n]
+        if cfg.force or n in pending or not _complete(out / "feedback" / f"{n}.json", sha256_file(st.path), parsed):
             todo.append(n)
+        else:
+            skipped.append(n)
+            _refresh(out, st, cfg)
+    if cfg.force:
+        pending |= set(todo)
+        _write_pending(out, parsed, pending)
     lock = threading.Lock()
     graded, failed = [], []
     from tqdm.auto import tqdm
@@ -335,13 +363,17 @@ def grade(lab, submissions, out, config: GradeConfig | None = None) -> GradeResu
 
     def one(n):
         try:
-            fb = grade_one(parsed, names[n], n, out, cfg)
+            fb = grade_one(parsed, students[n].path, n, out, cfg)
         except Exception as e:  # noqa: BLE001 - a grader-side failure is reported, the batch goes on
             fb = {"student": n, "lab": parsed.id, "complete": False, "status": "grader-error",
                   "notes": [f"{type(e).__name__}: {e}"]}
+        fb["submitted_as"] = students[n].info()
         with lock:
-            atomic_write_text(out / "feedback" / f"{n}.json", json.dumps(fb, indent=1, default=str))
+            _save(out, fb, cfg)
             (graded if fb.get("complete") else failed).append(n)
+            if fb.get("complete") and n in pending:
+                pending.discard(n)
+                _write_pending(out, parsed, pending)
             write_gradebook(parsed, out)
             bar.set_postfix_str(f"{n}: {fb.get('score', 0)}/{parsed.max_score:g} {fb.get('status')}")
             bar.update(1)
@@ -353,4 +385,7 @@ def grade(lab, submissions, out, config: GradeConfig | None = None) -> GradeResu
     finally:
         bar.close()
     path, rows = write_gradebook(parsed, out)
-    return GradeResult(path, rows, sorted(graded), sorted(skipped), sorted(failed))
+    unmatched = [n for n in mine if students[n].in_roster is False]
+    missing = sorted(set(roster.ids) - set(students)) if roster else []
+    replaced = {n: [p.name for p in students[n].replaced] for n in mine if students[n].replaced}
+    return GradeResult(path, rows, sorted(graded), sorted(skipped), sorted(failed), unmatched, missing, replaced)

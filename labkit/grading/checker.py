@@ -11,6 +11,8 @@ these names defined:
 
 A check passes when its code finishes; :class:`CheckFailed` is a failed check with its message, any other
 exception is a failed check reported as such, and a check past ``check_s`` seconds fails as timed out.
+Each result holds ``message`` as the check wrote it and ``learner_message``, the same with the numbers
+the learner's evidence does not contain withheld (:func:`labkit.grading.feedback.withhold`).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import traceback
 from pathlib import Path
 
 from labkit.grading.evidence import CheckFailed, Evidence, close, expect
+from labkit.grading.feedback import learner_numbers, withhold
 
 
 class _CheckTimeout(BaseException):
@@ -33,6 +36,7 @@ def _alarm(signum, frame):
 
 
 def run_checks(spec: dict) -> list[dict]:
+    """Run every check of ``spec`` against the evidence under ``spec["work_root"]``; one result dict each."""
     lab, work = spec["lab"], Path(spec["work_root"])
     results = []
     signal.signal(signal.SIGALRM, _alarm)
@@ -60,6 +64,9 @@ def run_checks(spec: dict) -> list[dict]:
             signal.alarm(0)
         res["seconds"] = round(time.perf_counter() - t0, 3)
         results.append(res)
+    numbers = learner_numbers(work, lab)
+    for res in results:
+        res["learner_message"] = res["message"] if res["passed"] else withhold(res["message"], numbers)
     return results
 
 

@@ -10,13 +10,16 @@ It registers a papermill engine (``labkit-grade``) whose client
 - notices a dead kernel (``os._exit``, a crash, a memory kill) and stops cleanly.
 
 A watchdog kills the whole process tree (kernel, ranks) at the notebook deadline; because this process
-is a child subreaper, ranks orphaned by a dead launcher are killed too. The per-cell report (matched by
+is a child subreaper, ranks orphaned by a dead launcher are killed too. When the grader dies (even by
+``kill -9``) this process gets SIGTERM (``PR_SET_PDEATHSIG``), kills its tree and exits
+(:func:`die_with_grader`), so no executor outlives its grader. The per-cell report (matched by
 ``metadata.labkit.id``) goes to the status JSON; nothing the kernel prints is interpreted.
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -145,8 +148,32 @@ def _register_engine():
     papermill_engines.register(ENGINE, GradingEngine)
 
 
+def die_with_grader(grader_pid: int | None, poll_s: float = 0.5) -> None:
+    """Take the kernel and ranks down with this process when the grader dies: on SIGTERM (the grader
+    arms ``PR_SET_PDEATHSIG`` in this process, :func:`labkit.grading.sandbox.die_with_parent`) and, as a
+    fallback where that signal is missing, when the parent pid stops being ``grader_pid``."""
+    me = os.getpid()
+    parent = grader_pid or os.getppid()
+
+    def stop(*_):
+        sandbox.kill_tree(me, include_self=False)
+        os._exit(3)
+
+    signal.signal(signal.SIGTERM, stop)
+    if os.getppid() != parent:   # the grader died before we got here
+        stop()
+
+    def orphaned():
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        stop()
+
+    threading.Thread(target=orphaned, daemon=True).start()
+
+
 def run(spec: dict) -> dict:
     """Execute ``spec["input"]`` into ``spec["output"]``; return the report (also written to ``spec["status"]``)."""
+    die_with_grader(spec.get("grader_pid"))   # first: before the seconds papermill takes to import
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
@@ -159,16 +186,6 @@ def run(spec: dict) -> dict:
         report["stopped"] = report["stopped"] or f"notebook time limit ({spec['notebook_s']} s) reached"
         sandbox.kill_tree(me, include_self=False)
 
-    parent = os.getppid()
-
-    def orphaned():  # the grader was killed: take the kernel and ranks down with us
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent:
-                sandbox.kill_tree(me, include_self=False)
-                os._exit(3)
-
-    threading.Thread(target=orphaned, daemon=True).start()
     timer = threading.Timer(float(spec["notebook_s"]), deadline)
     timer.daemon = True
     t0 = time.perf_counter()

@@ -273,3 +273,18 @@ def release(lab: str | Path, out: str | Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(f, target)
     return path
+
+
+def source_copy(lab: Lab, nb) -> str:
+    """``"identical"`` when ``nb``'s code cells are the instructor source's, ``"solutions"`` when it holds a
+    solution or hidden-check region (which only the instructor source has), else ``""``."""
+    def code(book):
+        return [c.source.strip() for c in book.cells if c.cell_type == "code"]
+
+    if code(nb) == code(lab.notebook()):
+        return "identical"
+    for cell in nb.cells:
+        lines = str(cell.get("source", "")).splitlines()
+        if any(BEGIN_SOLUTION.match(ln) or BEGIN_HIDDEN.match(ln) for ln in lines):
+            return "solutions"
+    return ""
