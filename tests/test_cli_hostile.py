@@ -185,6 +185,12 @@ def test_grade_folder_without_submissions(tmp_path, capsys):
     _assert_one_line_error(capsys, main(argv), argv, empty, "grade")
 
 
+def test_grade_merge_names_a_missing_gradebook(tmp_path, capsys):
+    missing = tmp_path / "shard-9"
+    argv = ["grade-merge", str(tmp_path / "merged.csv"), str(missing)]
+    _assert_one_line_error(capsys, main(argv), argv, missing, "grade-merge")
+
+
 # --------------------------------------------------------------------------------- good input still works
 def test_a_log_with_a_few_stray_bytes_still_parses(tmp_path, capsys):
     src = dataset("comm", "nccl_tests_all_reduce_2node_25gbe.SYNTHETIC.txt").read_bytes()
@@ -267,7 +273,7 @@ COVERED = {("comm parse", "FILE"), ("trace analyze", "PATH"), ("trace hta", "PAT
            ("diagnose", "--record"), ("diagnose", "--trace"), ("regress save", "--samples"),
            ("regress check", "--samples"), ("regress save", "--store"), ("regress check", "--store"),
            ("release", "LAB"), ("grade", "LAB"), ("launch", "TARGET"),
-           ("trace synth", "OUT"), ("release", "--out"), ("grade", "--out"), ("selftest", "--out"),
+           ("trace synth", "OUT"), ("release", "--out"), ("grade", "--out"), ("selftest", "--out"), ("grade-merge", "GRADEBOOKS"),
            ("trace analyze", "--model-config"), ("diagnose", "--model-config")}
 NOT_COVERED = {
     ("grade", "SUBMISSIONS"): "a student's unreadable notebook is graded as a failure (exit 1), the batch goes "

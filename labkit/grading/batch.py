@@ -339,6 +339,8 @@ def grade(lab, submissions, out, config: GradeConfig | None = None) -> GradeResu
     cfg = config or GradeConfig()
     parsed = lab if isinstance(lab, Lab) else load_lab(lab)
     out = Path(out)
+    if out.exists() and not out.is_dir():   # checked first: a bad --out is named before any submission
+        raise NotADirectoryError(f"--out {out} is a file; give a folder for the gradebook and feedback")
     roster = Roster.load(cfg.roster) if cfg.roster else None
     students = resolve(collect(submissions), parsed.id, roster)
     (out / "feedback").mkdir(parents=True, exist_ok=True)
