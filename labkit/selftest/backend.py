@@ -46,6 +46,19 @@ PLANS = {
 }
 
 
+def _matmul_workload(n: int, repeats: int, *, device: str, dtype: str):
+    """A callable that runs ``repeats`` n×n matmuls on ``device`` in ``dtype``, and its FLOPs per call (2n³ each)."""
+    import torch
+
+    a = torch.randn(n, n, device=device, dtype=getattr(torch, dtype))
+    b = torch.randn(n, n, device=device, dtype=getattr(torch, dtype))
+
+    def work():
+        for _ in range(repeats):
+            torch.matmul(a, b)
+    return work, 2.0 * n ** 3 * repeats
+
+
 class CudaBackend:
     """The GPUs of this machine, as the self-check sees them (every method is a thin wrapper).
 
@@ -110,15 +123,7 @@ class CudaBackend:
 
     def matmul_workload(self, n: int, repeats: int):
         """A callable that queues ``repeats`` bf16 n×n matmuls on cuda:0, and its FLOPs per call."""
-        import torch
-
-        a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-
-        def work():
-            for _ in range(repeats):
-                torch.matmul(a, b)
-        return work, 2.0 * n ** 3 * repeats
+        return _matmul_workload(n, repeats, device="cuda", dtype="bfloat16")
 
     def release(self) -> None:
         """Give cached device memory back before the next check launches ranks."""
@@ -213,14 +218,7 @@ class RehearsalBackend(CudaBackend):
         return HostClockEvent
 
     def matmul_workload(self, n: int, repeats: int):
-        import torch
-
-        a, b = torch.randn(n, n), torch.randn(n, n)
-
-        def work():
-            for _ in range(repeats):
-                torch.matmul(a, b)
-        return work, 2.0 * n ** 3 * repeats
+        return _matmul_workload(n, repeats, device="cpu", dtype="float32")
 
     def release(self) -> None:
         import gc
