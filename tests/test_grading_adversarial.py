@@ -41,7 +41,7 @@ def _leftovers(root: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_corpus_is_graded_as_expected(tmp_path):
+def test_corpus_is_graded_as_expected(tmp_path, calibrated_peaks):
     subs = sorted(HERE / f"{name}.ipynb" for name in EXPECTED)
     res = grade(LAB, subs, tmp_path / "out", GradeConfig(limits=LIMITS, workers=2, progress=False))
     assert not res.failed, res.failed
@@ -81,7 +81,7 @@ def test_corpus_files_match_their_builder(tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_batch_resumes_without_duplicates(tmp_path):
+def test_killed_batch_resumes_without_duplicates(tmp_path, calibrated_peaks):
     subs = tmp_path / "subs"
     subs.mkdir()
     names = ["exception", "sys_exit", "deleted_cells", "forged_output", "kernel_death"]

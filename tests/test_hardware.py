@@ -353,3 +353,67 @@ def test_calibrate_cli_stores_and_shows_then_keeps_fresh_entries(monkeypatch, tm
     assert main(["calibrate", "--device", "cpu", "--threads", "1", "--if-missing"]) == 0
     assert main(["calibrate", "--show"]) == 0
     assert "cpu|1|fp32: 3.0 GFLOP/s" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------ bandwidth beside the roof
+def _fake_sysfs(root, caches):
+    """cpu0/cache/index<i>/{level,type,size} as Linux writes them."""
+    for i, (level, kind, size) in enumerate(caches):
+        d = root / "cpu0" / "cache" / f"index{i}"
+        d.mkdir(parents=True)
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    return str(root)
+
+
+def test_last_level_cache_is_the_highest_data_level(tmp_path):
+    caches = [(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"), (3, "Unified", "98304K")]
+    assert hw.last_level_cache_bytes(_fake_sysfs(tmp_path / "a", caches)) == 96 * 2**20
+    assert hw.last_level_cache_bytes(_fake_sysfs(tmp_path / "b", [(2, "Unified", "2M")])) == 2 * 2**20
+    # no sysfs (macOS, a container), or a size it cannot read: 0, and the copy keeps its 64 MiB floor
+    assert hw.last_level_cache_bytes(str(tmp_path / "absent")) == 0
+    assert hw.last_level_cache_bytes(_fake_sysfs(tmp_path / "c", [(3, "Unified", "lots")])) == 0
+
+
+def test_the_copy_is_sized_beyond_a_large_l3(monkeypatch):
+    """STREAM's rule: each array at least 4x the last-level cache. A 64 MiB copy inside a 96 MiB L3
+    timed the cache (several x the memory bandwidth) and put the roofline's ridge below every shape."""
+    import torch
+
+    seen = []
+    real_ones = torch.ones
+    monkeypatch.setattr(measure, "last_level_cache_bytes", lambda *a: 96 * 2**20)
+    monkeypatch.setattr(measure, "time_fn", lambda fn, dev, **kw: [1.0])
+    monkeypatch.setattr(torch, "ones", lambda n, **kw: seen.append(n) or real_ones(1, **kw))
+    hw.measure_memory_bandwidth("cpu")
+    assert seen == [4 * 96 * 2**20 // 4]           # float32 elements of a 384 MiB array
+    monkeypatch.setattr(measure, "last_level_cache_bytes", lambda *a: 0)
+    hw.measure_memory_bandwidth("cpu")
+    assert seen[-1] == 64 * 2**20 // 4
+
+
+def test_resolve_bandwidth_catalogue_calibrated_measured(monkeypatch, tmp_path):
+    import torch
+
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    monkeypatch.setattr(peak_mod, "measure_memory_bandwidth", lambda dev: 7e9)
+    assert hw.resolve_bandwidth("cpu", "fp32") == (7e9, "measured:copy on cpu" + peak_mod.NOT_CALIBRATED)
+    monkeypatch.setattr(measure, "measure_matmul_peak", _fake_measure({"fp32": [3e9]}))
+    monkeypatch.setattr(measure, "measure_memory_bandwidth", lambda dev, **kw: 5e9)
+    cal_mod.calibrate_one("cpu", "fp32", threads=1, rounds=1)
+    bw, src = hw.resolve_bandwidth("cpu", "fp32")
+    assert bw == 5e9 and src.startswith("calibrated:copy beside matmul 512x512@512x512 fp32 on cpu")
+    # the peak and the bandwidth of one calibration: one ridge point, one set of conditions
+    assert hw.resolve_peak("cpu", "fp32")[0] / bw == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="int3.*is not known"):
+        hw.resolve_bandwidth("cpu", "int3")
+
+
+def test_resolve_bandwidth_reads_the_catalogue_on_a_known_gpu(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(peak_mod, "resolve_device", lambda d: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "NVIDIA H100 80GB HBM3")
+    assert hw.resolve_bandwidth("cuda", "bf16") == (hw.lookup("H100-SXM").memory_bw, "catalogue:H100-SXM")

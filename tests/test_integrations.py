@@ -121,7 +121,7 @@ def test_the_callback_driven_by_hand_counts_masked_tokens():
     assert cb._tokens is None
 
 
-def test_a_real_trainer_run_on_cpu_logs_tokens_per_s_and_mfu(tmp_path, monkeypatch):
+def test_a_real_trainer_run_on_cpu_logs_tokens_per_s_and_mfu(tmp_path, monkeypatch, calibrated_peaks):
     pytest.importorskip("accelerate", reason="transformers.Trainer needs accelerate (in labkit[dev])")
     import transformers.trainer as hf_trainer
 

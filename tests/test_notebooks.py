@@ -43,7 +43,7 @@ def test_notebook_has_one_parameters_cell_and_no_stored_errors(entry):
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("entry", [e for e in READY if e.gpus == 0], ids=lambda e: e.id)
-def test_notebook_executes_with_cpu_parameters(entry):
+def test_notebook_executes_with_cpu_parameters(entry, calibrated_peaks):
     notebooks.prepare_nbval(ROOT / entry.path)
     out, seconds = notebooks.run(ROOT / entry.path)
     executed = json.loads(Path(out).read_text())

@@ -34,12 +34,13 @@ from labkit.hardware.catalogue import (
 )
 from labkit.hardware.measure import (
     PeakMeasurement,
+    last_level_cache_bytes,
     measure_matmul_peak,
     measure_memory_bandwidth,
     resolve_device,
     time_fn,
 )
-from labkit.hardware.peak import remeasure_peak, resolve_peak
+from labkit.hardware.peak import remeasure_peak, resolve_bandwidth, resolve_peak
 from labkit.units import GB, GIB  # noqa: F401 - old names (labkit.hardware.GB, .GIB); use labkit.units
 from labkit.units import TERA as T  # noqa: F401 - old name (labkit.hardware.T); use labkit.units.TERA
 
@@ -49,7 +50,7 @@ __all__ = [
     "family", "lookup_peak",
     # measurement and the peak to divide by
     "resolve_device", "time_fn", "PeakMeasurement", "measure_matmul_peak", "measure_memory_bandwidth",
-    "resolve_peak", "remeasure_peak",
+    "last_level_cache_bytes", "resolve_peak", "resolve_bandwidth", "remeasure_peak",
     # calibration and dtype capability
     "Calibration", "calibrate", "capability", "best_dtype",
 ]

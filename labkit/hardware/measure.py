@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 from labkit import checks
 from labkit.hardware.catalogue import normalize_dtype
 
-__all__ = ["resolve_device", "time_fn", "PeakMeasurement", "measure_matmul_peak", "measure_memory_bandwidth"]
+__all__ = ["resolve_device", "time_fn", "PeakMeasurement", "measure_matmul_peak", "measure_memory_bandwidth",
+           "last_level_cache_bytes"]
+
+_SYS_CPU = "/sys/devices/system/cpu"
+_SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
 
 def resolve_device(device="auto"):
@@ -163,14 +167,17 @@ def measure_memory_bandwidth(device="cpu", *, nbytes: int | None = None, repeats
     """Achievable memory bandwidth in bytes/s: a device-to-device copy of ``nbytes`` (read + write).
 
     ``dst.copy_(src)`` moves ``2·nbytes`` (one read, one write), as in STREAM's "copy" kernel
-    (McCalpin, https://www.cs.virginia.edu/stream/). Default size: 64 MiB on CPU (well beyond the
-    caches), 1 GiB on GPU. Median of ``repeats`` after warm-up. Taught in chapter 6 (roofline).
+    (McCalpin, https://www.cs.virginia.edu/stream/). Default size: on a CPU, STREAM's rule — each
+    array at least 4× the last-level cache (:func:`last_level_cache_bytes`), and at least 64 MiB —
+    since a copy that fits in a large L3 times the cache, not memory (several × too fast, which puts
+    the roofline's ridge point far too low); 1 GiB on a GPU. Median of ``repeats`` after warm-up.
+    Taught in chapter 6 (roofline).
     """
     import torch
 
     dev = resolve_device(device)
     if nbytes is None:
-        nbytes = 2**30 if dev.type == "cuda" else 64 * 2**20
+        nbytes = 2**30 if dev.type == "cuda" else max(64 * 2**20, 4 * last_level_cache_bytes())
     if int(nbytes) < 4096:
         raise ValueError(f"nbytes={nbytes!r} must be >= 4096 (a copy that small times the call, not memory)")
     n = int(nbytes) // 4
@@ -178,3 +185,31 @@ def measure_memory_bandwidth(device="cpu", *, nbytes: int | None = None, repeats
     dst = torch.empty_like(src)
     times = time_fn(lambda: dst.copy_(src), dev, warmup=2, repeats=repeats)
     return 2.0 * n * 4 / statistics.median(times)
+
+
+def last_level_cache_bytes(sys_cpu: str = _SYS_CPU) -> int:
+    """Size in bytes of CPU 0's last-level cache, read from Linux sysfs (``cpu0/cache/index*/size``,
+    the highest ``level``); 0 where sysfs does not say (macOS, Windows, some containers).
+
+    Used to size :func:`measure_memory_bandwidth`'s copy beyond the caches. Taught in chapter 6 (roofline).
+    """
+    from pathlib import Path
+
+    best_level, size = -1, 0
+    for index in sorted(Path(sys_cpu, "cpu0", "cache").glob("index*")):
+        try:
+            level = int((index / "level").read_text().strip())
+            kind = (index / "type").read_text().strip()
+            text = (index / "size").read_text().strip().upper().removesuffix("B")
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or not text:
+            continue
+        unit = text[-1] if text[-1] in _SIZE_UNITS else ""
+        try:
+            nbytes = int(text[:-1] if unit else text) * _SIZE_UNITS[unit]
+        except ValueError:
+            continue
+        if level > best_level:
+            best_level, size = level, nbytes
+    return size

@@ -14,9 +14,14 @@ from __future__ import annotations
 from labkit import checks
 from labkit.hardware import calibration
 from labkit.hardware.catalogue import family, lookup, normalize_dtype
-from labkit.hardware.measure import PeakMeasurement, measure_matmul_peak, resolve_device
+from labkit.hardware.measure import (
+    PeakMeasurement,
+    measure_matmul_peak,
+    measure_memory_bandwidth,
+    resolve_device,
+)
 
-__all__ = ["resolve_peak", "remeasure_peak"]
+__all__ = ["resolve_peak", "resolve_bandwidth", "remeasure_peak"]
 
 # the best live measurement per (device, dtype) in this process: a CPU learner re-resolving the peak
 # in every cell pays once; remeasure_peak() may raise it
@@ -65,6 +70,34 @@ def resolve_peak(device="auto", dtype="bf16", peak_flops: float | None = None) -
         return cal.flops, f"calibrated:{cal.describe()}"
     m = _measured_peak_cached(str(dev), key)
     return m.flops, f"measured:{m.describe()}{NOT_CALIBRATED}"
+
+
+def resolve_bandwidth(device="auto", dtype="fp32") -> tuple[float, str]:
+    """The memory bandwidth (bytes/s) a roofline puts beside :func:`resolve_peak`'s roof, and its source.
+
+    Same order as the peak: the datasheet HBM bandwidth of a catalogued GPU (``"catalogue:<name>"``);
+    the copy bandwidth stored with this machine's calibration for ``dtype`` and the thread count
+    (``"calibrated:…"``), measured in the same sitting as its peak, so the ridge point (peak ÷ bandwidth)
+    comes from one set of conditions; else a live copy (``"measured: copy … (not calibrated…)"``).
+    Taught in chapter 6 (roofline).
+    """
+    key = normalize_dtype(dtype)
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        import torch
+
+        try:
+            spec = lookup(torch.cuda.get_device_name(dev))
+        except ValueError:
+            spec = None
+        if spec is not None:
+            return spec.memory_bw, f"catalogue:{spec.name}"
+    cal, fresh = calibration.find(dev, key)
+    if cal is not None and not fresh:
+        cal = calibration.calibrate_one(dev, key)
+    if cal is not None:
+        return cal.bandwidth, f"calibrated:copy beside {cal.describe()}"
+    return measure_memory_bandwidth(dev), f"measured:copy on {dev}{NOT_CALIBRATED}"
 
 
 def remeasure_peak(device="auto", dtype="bf16", *, max_seconds: float = 2.0) -> PeakMeasurement:
