@@ -3,10 +3,10 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= 2
-# serve from the repository root so the index's links to ../labs work; the printed URL (default_url) opens
+# serve from the repository root so the index's links to ../labs work; the printed URL (LabApp.default_url: JupyterLab overrides ServerApp.default_url with its own) opens
 # the course index; kernels idle for 30 min with no tab attached are shut down (closed tabs free their memory);
 # root in a container needs --allow-root
-LAB_FLAGS := --ServerApp.root_dir=. --ServerApp.default_url=/lab/tree/chapters/index.ipynb \
+LAB_FLAGS := --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/chapters/index.ipynb \
 	--MappingKernelManager.cull_idle_timeout=1800 --MappingKernelManager.cull_interval=300 \
 	$(if $(filter 0,$(shell id -u)),--allow-root)
 

@@ -7,7 +7,7 @@ their memory (three chapters held ~1.4 GB when they did not).
 c = get_config()  # noqa: F821 - provided by Jupyter when it loads this file
 
 # the learner's copy of the course lands in ~/labkit (nbgitpuller, hub/README.md); open its index
-c.ServerApp.default_url = "/lab/tree/labkit/chapters/index.ipynb"
+c.LabApp.default_url = "/lab/tree/labkit/chapters/index.ipynb"   # LabApp: JupyterLab replaces ServerApp.default_url with its own
 c.MappingKernelManager.cull_idle_timeout = 1800   # seconds idle before a kernel is shut down
 c.MappingKernelManager.cull_interval = 300        # how often to look
 c.MappingKernelManager.cull_connected = False     # only kernels with no open tab

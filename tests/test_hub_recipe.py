@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 import tomllib
+from _makefile import lab_flags
 from traitlets.config import Config
 
 from labkit.paths import repo_root
@@ -36,13 +37,6 @@ def _server_config() -> Config:
     exec(compile((HUB / "jupyter_server_config.py").read_text(), "jupyter_server_config.py", "exec"),
          {"get_config": lambda: cfg})
     return cfg
-
-
-def _make_flags() -> dict[str, str]:
-    """The `--Class.trait=value` flags `make course` passes to JupyterLab."""
-    text = re.sub(r"\\\n", " ", (ROOT / "Makefile").read_text())
-    line = next(row for row in text.splitlines() if row.startswith("LAB_FLAGS"))
-    return dict(f[2:].split("=", 1) for f in shlex.split(line.split(":=", 1)[1]) if f.startswith("--") and "=" in f)
 
 
 def test_image_pins_the_bootstrap_torch_installs_the_lab_extra_and_leaves_the_course_read_only():
@@ -71,11 +65,11 @@ def test_image_pins_the_bootstrap_torch_installs_the_lab_extra_and_leaves_the_co
 
 def test_server_config_opens_the_index_and_matches_make_course():
     cfg = _server_config()
-    url = cfg.ServerApp.default_url
+    url = cfg.LabApp.default_url
     assert url.startswith("/lab/tree/labkit/")
     assert (ROOT / url.removeprefix("/lab/tree/labkit/")).is_file(), f"{url} is not a notebook of the course"
-    flags = _make_flags()
-    assert flags["ServerApp.default_url"].removeprefix("/lab/tree/") == url.removeprefix("/lab/tree/labkit/")
+    flags = lab_flags()
+    assert flags["LabApp.default_url"].removeprefix("/lab/tree/") == url.removeprefix("/lab/tree/labkit/")
     for trait in ("cull_idle_timeout", "cull_interval"):
         assert int(flags[f"MappingKernelManager.{trait}"]) == cfg.MappingKernelManager[trait] > 0
     assert cfg.MappingKernelManager.cull_connected is False     # never cull a kernel a tab still shows
