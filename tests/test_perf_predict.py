@@ -227,3 +227,17 @@ def test_llama3_405b_table4_within_10_points(gpus, cp, dp, seq, published, capsy
               f"{pr.tokens_per_s_per_gpu * pr.model_flops_per_token / 1e12:.0f} TFLOP/s per GPU; "
               f"bubble {pr.bubble_s / pr.step_s:.1%}", end="")
     assert abs(pr.mfu * 100 - published) <= 10
+
+
+def test_expert_and_context_parallel_simple_models():
+    """EP shards the experts (memory falls ~ep-fold for Mixtral) and adds all-to-alls; CP adds K/V
+    all-gathers and splits the activations by the sequence."""
+    c = cluster("dgx-h100", nodes=1)
+    one = predict("mixtral-8x7b", Layout(dp=8, strategy="zero1"), c, global_batch=64)
+    ep = predict("mixtral-8x7b", Layout(dp=8, ep=8, strategy="zero1"), c, global_batch=64)
+    assert ep.memory["model_states"] < one.memory["model_states"] / 4 and ep.comm_s["ep"] > 0 and "ep" not in one.comm_s
+    kw = dict(global_batch=8, seq_len=32768)
+    flat = predict("llama3-8b", Layout(dp=8, tp=8, strategy="zero1"), cluster("dgx-h100"), **kw)
+    cp = predict("llama3-8b", Layout(dp=4, cp=2, tp=8, strategy="zero1"), cluster("dgx-h100"), **kw)
+    assert cp.comm_s["cp"] > 0 and cp.memory["activations"] < flat.memory["activations"]
+    assert "CP (simple model)" in " ".join(cp.assumptions)
