@@ -2,9 +2,19 @@
 
 - ``steptime.py`` — step time from compute, communication (α–β) and sync, with overlap; compute from
   FLOPs and MFU; the collectives a data-parallel strategy issues per step.
+- ``layout.py`` — :class:`Layout` (dp/tp/pp/cp/ep, DP strategy, pipeline schedule, micro-batching,
+  recompute, dtype) and :class:`Cluster` (nodes × GPUs of a catalogued device, intra- and inter-node
+  links), with cited presets (:data:`CLUSTERS`, :func:`cluster`).
+- ``predict.py`` — :func:`predict`: a :class:`Prediction` of one step of a layout on a cluster (compute,
+  bubble, each collective and how much of it hides, memory per GPU, tokens/s, MFU, assumptions).
+- ``planner.py`` — :func:`plan`: every feasible layout ranked by predicted tokens/s, with
+  :meth:`Plan.explain`.
 
-Taught in chapter 5, chapter 1 and chapters 19–20.
+Taught in chapter 5, chapter 1, chapters 19–20, chapter 24 (choosing a layout) and chapters 29–30.
 """
+from labkit.perf.layout import CLUSTERS, Cluster, Layout, cluster
+from labkit.perf.planner import Plan, plan
+from labkit.perf.predict import Prediction, predict, resolve_model
 from labkit.perf.steptime import (
     StepParts,
     compute_time,
@@ -14,4 +24,5 @@ from labkit.perf.steptime import (
     tokens_per_s_at,
 )
 
-__all__ = ["step_time", "StepParts", "decompose", "compute_time", "tokens_per_s_at", "data_parallel_comm_s"]
+__all__ = ["step_time", "StepParts", "decompose", "compute_time", "tokens_per_s_at", "data_parallel_comm_s",
+           "Layout", "Cluster", "CLUSTERS", "cluster", "Prediction", "predict", "resolve_model", "Plan", "plan"]

@@ -1,0 +1,180 @@
+"""The layout planner: enumerate the layouts of a model on a cluster, keep those that fit, rank them.
+
+For every dp × tp × pp = GPUs (tp dividing the heads and, unless allowed, at most the GPUs of a node;
+pp dividing the layers), every micro-batch that divides the global batch, every DP strategy and every
+recompute policy, :func:`labkit.perf.predict.predict` gives the step; layouts whose predicted memory
+exceeds ``memory_fraction`` of a GPU's memory are set aside with the reason. The rest are ranked by
+predicted tokens/s (ties: less memory first). :meth:`Plan.explain` says which term of the step decides
+between the winner and the runner-up, and whether keeping TP inside a node mattered.
+
+CP and EP are not searched (degree 1): they are for long sequences and MoE (chapter 26); give them to
+:func:`labkit.perf.predict.predict` directly.
+
+Taught in chapter 24 (choosing a parallel layout) and lab10 (planner).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit import checks
+from labkit.perf.layout import RECOMPUTE, SCHEDULES, STRATEGIES, Cluster, Layout
+from labkit.perf.predict import _LABELS, TERMS, Prediction, predict, resolve_model
+
+__all__ = ["Plan", "plan"]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Ranked feasible predictions (best first) and the layouts set aside, with why.
+
+    Taught in chapter 24 (choosing a parallel layout).
+    """
+
+    model: str
+    cluster: Cluster
+    global_batch: int
+    seq_len: int
+    predictions: tuple
+    rejected: tuple                  # (Layout, reason) pairs
+    memory_limit: float
+
+    @property
+    def best(self) -> Prediction:
+        if not self.predictions:
+            raise ValueError(f"no layout of {self.model} fits {self.cluster.name}: {self._why_none()}")
+        return self.predictions[0]
+
+    def _why_none(self) -> str:
+        if not self.rejected:
+            return "no layout satisfies the divisibility rules (tp | heads, pp | layers, micro-batch | batch)"
+        return (f"all {len(self.rejected)} candidates were set aside; e.g. {self.rejected[0][0].describe()}: "
+                f"{self.rejected[0][1]}")
+
+    def table(self, top: int | None = None):
+        """A pandas DataFrame, one row per feasible layout, best first (``top`` rows when given)."""
+        import pandas as pd
+
+        rows = []
+        for i, p in enumerate(self.predictions[:top] if top else self.predictions, 1):
+            lay, t = p.layout, p.terms()
+            rows.append({"rank": i, "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "strategy": lay.strategy,
+                         "micro_batch": lay.micro_batch, "micro_batches": p.micro_batches,
+                         "recompute": lay.recompute, "tokens_per_s": p.tokens_per_s,
+                         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu, "mfu": p.mfu, "step_s": p.step_s,
+                         **{f"{k}_s": t[k] for k in TERMS}, "memory_gib": p.memory["total"] / 2**30})
+        return pd.DataFrame(rows)
+
+    def explain(self) -> str:
+        """Why the winner beats the runner-up: the term of the step that differs most, the memory, and
+        whether TP stays inside a node. Taught in chapter 24."""
+        if not self.predictions:
+            return f"No feasible layout: {self._why_none()}."
+        best, c = self.predictions[0], self.cluster
+        out = [f"Best: {best.layout.describe()} — {best.tokens_per_s:,.0f} tokens/s aggregate, "
+               f"{best.tokens_per_s_per_gpu:,.0f} per GPU, MFU {best.mfu:.1%}, step {best.step_s * 1e3:,.1f} ms, "
+               f"{best.memory['total'] / 2**30:.1f} GiB per GPU."]
+        if len(self.predictions) > 1:
+            run = self.predictions[1]
+            tb, tr = best.terms(), run.terms()
+            diffs = {k: tr[k] - tb[k] for k in TERMS}
+            key = max(diffs, key=diffs.get)
+            gap = run.step_s / best.step_s - 1
+            out.append(f"Runner-up: {run.layout.describe()} — {run.tokens_per_s:,.0f} tokens/s "
+                       f"({run.tokens_per_s_per_gpu:,.0f} per GPU), {gap:.1%} slower per step.")
+            if gap <= 1e-9:
+                out.append(f"A tie in time: the winner ranks first on memory ({best.memory['total'] / 2**30:.1f} vs "
+                           f"{run.memory['total'] / 2**30:.1f} GiB per GPU).")
+            else:
+                out.append(f"Decided by {_LABELS[key]}: {tb[key] * 1e3:,.1f} ms in the winner vs {tr[key] * 1e3:,.1f} "
+                           f"ms in the runner-up (step {best.step_s * 1e3:,.1f} vs {run.step_s * 1e3:,.1f} ms)."
+                           + _others(diffs, key))
+        g = c.gpus_per_node
+        cross = [p for p in self.predictions if p.layout.tp > g]
+        if best.layout.tp <= g and best.layout.tp > 1:
+            out.append(f"TP{best.layout.tp} is kept inside a node: its all-reduces run on the intra-node link "
+                       f"({c.intra_bw / 1e9:g} GB/s per GPU) instead of the network ({c.inter_bw / g / 1e9:.3g} GB/s "
+                       "per GPU).")
+        if cross:
+            x = cross[0]
+            out.append(f"Best layout with TP across nodes: {x.layout.describe()} — {x.tokens_per_s:,.0f} tokens/s, "
+                       f"its TP all-reduces {x.exposed_s.get('tp', 0) / x.step_s:.0%} of the step "
+                       f"({best.tokens_per_s / x.tokens_per_s:.2f}× slower than the best).")
+        if self.rejected:
+            out.append(f"{len(self.rejected)} layout(s) set aside for memory (limit {self.memory_limit / 2**30:.1f} GiB "
+                       "per GPU).")
+        return "\n".join(out)
+
+
+def _others(diffs: dict, key: str) -> str:
+    rest = [f"{_LABELS[k]} {v * 1e3:+,.1f} ms" for k, v in sorted(diffs.items(), key=lambda kv: -abs(kv[1]))
+            if k != key and abs(v) > 1e-6][:3]
+    return (" Other differences (runner-up − winner): " + ", ".join(rest) + ".") if rest else ""
+
+
+def plan(model, cluster: Cluster, *, global_batch: int, seq_len: int | None = None, achievable=0.5,
+         method: str = "palm", dtype: str = "bf16", strategies=STRATEGIES, recompute=RECOMPUTE,
+         micro_batches=(1, 2, 4, 8), schedule: str = "1f1b", allow_cross_node_tp: bool = False,
+         sequence_parallel: bool = True, flash_attention: bool = True, memory_fraction: float = 0.9,
+         n_gpus: int | None = None) -> Plan:
+    """Enumerate, predict and rank the layouts of ``model`` on ``cluster`` (module docstring).
+
+    ``n_gpus``: GPUs to use (default all of the cluster). ``strategies``, ``recompute``,
+    ``micro_batches``: the choices searched. ``allow_cross_node_tp``: also try tp > GPUs per node.
+    ``memory_fraction``: share of a GPU's memory a layout may use (the rest for buffers, fragmentation,
+    the CUDA context). Other arguments as :func:`labkit.perf.predict.predict`.
+
+    Taught in chapter 24 (choosing a parallel layout) and lab10.
+    """
+    if not isinstance(cluster, Cluster):
+        raise checks.ArgumentTypeError(f"cluster must be a labkit.perf.Cluster (see labkit.perf.cluster()), got "
+                                       f"{type(cluster).__name__} {cluster!r:.60}")
+    shape = resolve_model(model, seq_len)
+    B = checks.count("global_batch", global_batch)
+    world = cluster.n_gpus if n_gpus is None else checks.count("n_gpus", n_gpus, at_most=cluster.n_gpus)
+    strategies, recompute = _choices("strategies", strategies, STRATEGIES), _choices("recompute", recompute, RECOMPUTE)
+    mbs = tuple(checks.count("micro_batches item", m) for m in _seq("micro_batches", micro_batches))
+    checks.one_of("schedule", schedule, SCHEDULES[:2])
+    allow = checks.flag("allow_cross_node_tp", allow_cross_node_tp)
+    frac = checks.fraction("memory_fraction", memory_fraction, open_low=True)
+    limit = frac * cluster.memory_bytes
+    g = cluster.gpus_per_node
+    preds, rejected = [], []
+    for tp in _divisors(world):
+        if shape.n_heads % tp or shape.d_model % tp or (tp > g and not allow):
+            continue
+        for pp in _divisors(world // tp):
+            if shape.n_layers % pp:
+                continue
+            dp = world // (tp * pp)
+            for mb in mbs:
+                if B % (mb * dp):
+                    continue
+                for strat in (strategies if dp > 1 else strategies[:1]):
+                    for rc in recompute:
+                        lay = Layout(dp=dp, tp=tp, pp=pp, strategy=strat, micro_batch=mb, schedule=schedule,
+                                     recompute=rc, dtype=dtype, sequence_parallel=sequence_parallel and tp > 1,
+                                     flash_attention=flash_attention)
+                        p = predict(shape, lay, cluster, global_batch=B, achievable=achievable, method=method)
+                        if p.memory["total"] > limit:
+                            rejected.append((lay, f"needs {p.memory['total'] / 2**30:.1f} GiB per GPU > "
+                                                  f"{limit / 2**30:.1f} GiB"))
+                        else:
+                            preds.append(p)
+    preds.sort(key=lambda p: (p.step_s, p.memory["total"]))
+    return Plan(model=shape.name or "model", cluster=cluster, global_batch=B, seq_len=shape.seq_len,
+                predictions=tuple(preds), rejected=tuple(rejected), memory_limit=limit)
+
+
+def _seq(name: str, value) -> tuple:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value:
+        raise checks.ArgumentTypeError(f"{name} must be a non-empty list or tuple, got {type(value).__name__} "
+                                       f"{value!r:.60}")
+    return tuple(value)
+
+
+def _choices(name: str, value, valid) -> tuple:
+    return tuple(checks.one_of(f"{name} item", v, valid) for v in _seq(name, value))

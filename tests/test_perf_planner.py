@@ -1,0 +1,78 @@
+"""labkit.perf.planner: enumeration under the memory limit, ranking, explain(), and chapter 24's rule
+(keep TP inside a node when the network between nodes is slow)."""
+from __future__ import annotations
+
+import pytest
+
+from labkit.flops import ModelShape
+from labkit.perf import cluster, plan
+
+LLAMA_13B = ModelShape(n_layers=40, d_model=5120, n_heads=40, d_ff=13824, vocab_size=32000, seq_len=2048,
+                       ffn="swiglu", tied_embeddings=False, norm="rmsnorm", pos_emb="rope", name="llama-13b")
+
+
+@pytest.fixture(scope="module")
+def slow_70b():
+    """Llama 3 70B on 8 nodes × 8 A100 joined by 25 Gb/s Ethernet, TP across nodes allowed."""
+    return plan("llama3-70b", cluster("a100-25gbe"), global_batch=512, seq_len=4096, allow_cross_node_tp=True,
+                strategies=("zero1", "zero2"), micro_batches=(1, 2))
+
+
+def test_ranked_feasible_and_within_memory(slow_70b):
+    p, c = slow_70b, cluster("a100-25gbe")
+    steps = [x.step_s for x in p.predictions]
+    assert steps == sorted(steps) and len(steps) > 10
+    for x in p.predictions:
+        assert x.layout.world_size == c.n_gpus and x.memory["total"] <= p.memory_limit
+        assert 64 % x.layout.tp == 0 and 80 % x.layout.pp == 0
+    assert p.rejected and all("GiB" in why for _, why in p.rejected)
+    t = p.table(5)
+    assert list(t["rank"]) == [1, 2, 3, 4, 5]
+    assert t["tokens_per_s"].is_monotonic_decreasing
+    assert (t["tokens_per_s_per_gpu"] * c.n_gpus).round(6).equals(t["tokens_per_s"].round(6))
+
+
+def test_slow_network_keeps_tp_inside_a_node_and_says_so(slow_70b, capsys):
+    p = slow_70b
+    best = p.best
+    cross = [x for x in p.predictions if x.layout.tp > 8]
+    assert cross, "cross-node TP layouts were allowed and some fit"
+    assert best.layout.tp <= 8
+    assert best.tokens_per_s > 2 * cross[0].tokens_per_s
+    text = p.explain()
+    with capsys.disabled():
+        print("\n" + p.table(3).to_string() + "\n" + text)
+    assert "kept inside a node" in text and "TP across nodes" in text and "Decided by" in text
+
+
+def test_explain_names_the_deciding_term():
+    p = plan(LLAMA_13B, cluster("a100-25gbe", nodes=16), global_batch=2048, strategies=("zero2",),
+             micro_batches=(1, 4), recompute=("none",))
+    best, run = p.predictions[:2]
+    diffs = {k: run.terms()[k] - best.terms()[k] for k in best.terms()}
+    key = max(diffs, key=diffs.get)
+    from labkit.perf.predict import _LABELS
+    assert f"Decided by {_LABELS[key]}" in p.explain() or "A tie in time" in p.explain()
+
+
+def test_no_feasible_layout_is_explained_and_best_raises():
+    p = plan("llama3-405b", cluster("dgx-a100", nodes=1), global_batch=8, seq_len=2048, strategies=("ddp",),
+             micro_batches=(1,), recompute=("full",))
+    assert not p.predictions and "No feasible layout" in p.explain()
+    with pytest.raises(ValueError, match="no layout of llama3-405b fits"):
+        _ = p.best
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(strategies=("zero9",)), r"strategies item='zero9'"),
+    (dict(strategies="zero1"), r"strategies must be a non-empty list"),
+    (dict(micro_batches=(0,)), r"micro_batches item=0"),
+    (dict(memory_fraction=0), r"memory_fraction=0"),
+    (dict(n_gpus=65), r"n_gpus=65"),
+    (dict(schedule="interleaved"), r"schedule='interleaved'"),
+    (dict(global_batch=0), r"global_batch=0"),
+])
+def test_bad_arguments(kw, match):
+    args = dict(global_batch=64, seq_len=1024) | kw
+    with pytest.raises(ValueError, match=match):
+        plan("llama3-8b", cluster("dgx-a100"), **args)

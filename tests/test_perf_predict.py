@@ -1,0 +1,243 @@
+"""labkit.perf.predict: the step model of a parallel layout, its checks, and the course's published cases.
+
+Cases (chapter 5/30 BERT-large, chapter 29 13B over 25 Gb/s Ethernet, Megatron-LM SC21 Table 1,
+Llama 3 Table 4) print predicted vs published figures (``pytest -s`` shows them) and assert the
+behaviour, not restated constants.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from labkit import flops
+from labkit.flops import ModelShape
+from labkit.perf import CLUSTERS, Layout, cluster, decompose, predict
+from labkit.perf.predict import TERMS
+
+LLAMA_13B = ModelShape(n_layers=40, d_model=5120, n_heads=40, d_ff=13824, vocab_size=32000, seq_len=2048,
+                       ffn="swiglu", tied_embeddings=False, norm="rmsnorm", pos_emb="rope", name="llama-13b")
+BERT_LARGE = ModelShape(n_layers=24, d_model=1024, n_heads=16, vocab_size=30522, seq_len=512, bias=True,
+                        name="bert-large")
+
+
+def _p(model="llama3-70b", cl="dgx-a100", *, B=512, seq=4096, **lay):
+    return predict(model, Layout(**lay), cluster(cl) if isinstance(cl, str) else cl, global_batch=B, seq_len=seq)
+
+
+# ----------------------------------------------------------------------------------------- the model
+def test_terms_add_up_and_throughput_is_consistent():
+    p = _p(dp=2, tp=8, pp=4, strategy="zero1", recompute="selective", sequence_parallel=True)
+    assert set(p.terms()) == set(TERMS)
+    assert p.step_s == pytest.approx(sum(p.terms().values()))
+    assert p.tokens_per_s == pytest.approx(512 * 4096 / p.step_s)
+    assert p.tokens_per_s_per_gpu == pytest.approx(p.tokens_per_s / 64)
+    assert 0 < p.mfu < p.hfu <= p.achievable            # selective recompute: hardware FLOPs > model FLOPs
+    for k, v in p.exposed_s.items():                    # nothing hides more than it takes
+        assert 0 <= v <= p.comm_s[k] + 1e-12
+    text = p.table()
+    assert "tokens/s aggregate" in text and "per GPU" in text and "assumptions:" in text
+    assert p.as_dict()["terms_s"] == p.terms()
+
+
+def test_bubble_shrinks_with_micro_batches_and_interleaving():
+    base = dict(dp=1, tp=8, pp=8, micro_batch=1)
+    few, many = _p(B=16, **base), _p(B=64, **base)
+    assert few.bubble_s / few.compute_s == pytest.approx(7 / 16)          # (p−1)/m
+    assert many.bubble_s / many.compute_s < few.bubble_s / few.compute_s
+    inter = _p(B=16, schedule="interleaved", virtual_stages=2, **base)
+    assert inter.bubble_s == pytest.approx(few.bubble_s / 2)              # ÷ v (Narayanan et al. 2021)
+    assert inter.comm_s["pp"] == pytest.approx(2 * few.comm_s["pp"])      # v× the sends
+
+
+def test_tp_across_nodes_costs_more_than_inside_a_node():
+    for cl, factor in (("dgx-a100", 2), ("a100-25gbe", 50)):       # InfiniBand, then 25 Gb/s Ethernet
+        inside = _p(dp=8, tp=8, B=256, cl=cl)
+        across = _p(dp=4, tp=16, B=256, cl=cl)
+        assert across.comm_s["tp"] > factor * inside.comm_s["tp"]
+        assert across.tokens_per_s < inside.tokens_per_s
+        assert "across nodes" in " ".join(across.assumptions)
+
+
+def test_slower_network_exposes_more_dp_communication():
+    fast = cluster("dgx-a100")
+    slow = replace(fast, inter_bw=fast.inter_bw / 64)
+    a, b = (predict("llama3-8b", Layout(dp=64, strategy="zero2", micro_batch=2), c, global_batch=512, seq_len=4096)
+            for c in (fast, slow))
+    assert b.comm_s["dp"] > 30 * a.comm_s["dp"] and b.exposed_s["dp"] > a.exposed_s["dp"]
+    assert b.tokens_per_s_per_gpu < a.tokens_per_s_per_gpu
+
+
+def test_overlap_choices():
+    kw = dict(global_batch=64, seq_len=2048)
+    lay, c = Layout(dp=64, micro_batch=1), cluster("a100-25gbe")
+    none = predict("llama3-8b", lay, c, dp_overlap=False, **kw)
+    full = predict("llama3-8b", lay, c, **kw)
+    step = predict("llama3-8b", lay, c, overlap_window="step", **kw)
+    assert none.exposed_s["dp"] == pytest.approx(none.comm_s["dp"])
+    assert step.exposed_s["dp"] <= full.exposed_s["dp"] <= none.exposed_s["dp"]
+
+
+def test_recompute_and_sharding_trade_memory_for_time():
+    kw = dict(dp=8, tp=8, B=64, seq=4096)
+    none, full = _p(recompute="none", **kw), _p(recompute="full", **kw)
+    assert full.compute_s > none.compute_s and full.memory["activations"] < none.memory["activations"] / 5
+    ddp, z3 = _p(strategy="ddp", **kw), _p(strategy="zero3", **kw)
+    assert z3.memory["model_states"] < ddp.memory["model_states"] / 4
+    assert z3.comm_s["dp"] > ddp.comm_s["dp"]            # parameters gathered every micro-batch
+
+
+def test_model_inputs_preset_shape_and_hf_config():
+    shape = flops.preset("llama3-8b")
+    a = predict("llama3-8b", Layout(dp=8), cluster("dgx-h100"), global_batch=64, seq_len=1024)
+    b = predict(replace(shape, seq_len=1024), Layout(dp=8), cluster("dgx-h100"), global_batch=64)
+    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+           "max_position_embeddings": 8192}
+    c = predict(cfg, Layout(dp=8), cluster("dgx-h100"), global_batch=64, seq_len=1024)
+    assert a.step_s == pytest.approx(b.step_s) == pytest.approx(c.step_s)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: Layout(strategy="zero9"), r"strategy='zero9'.*ddp.*zero3"),
+    (lambda: Layout(dp=4, ep=3), r"ep=3.*dp=4"),
+    (lambda: Layout(virtual_stages=2, pp=4), r"virtual_stages=2.*interleaved"),
+    (lambda: Layout(tp=0), r"tp=0"),
+    (lambda: Layout(recompute="some"), r"recompute='some'.*selective"),
+    (lambda: cluster("dgx-z100"), r"cluster='dgx-z100'.*dgx-a100"),
+    (lambda: replace(CLUSTERS["dgx-a100"], device="A100"), r"'A100'.*family"),
+    (lambda: replace(CLUSTERS["dgx-a100"], inter_bw=0), r"inter_bw=0"),
+    (lambda: _p(dp=128), r"128 GPUs.*64"),
+    (lambda: _p(dp=1, tp=3), r"tp=3.*n_heads=64"),
+    (lambda: _p(dp=3, B=512), r"global_batch=512.*micro_batch × dp"),
+    (lambda: _p(dp=8, accum=3, B=512), r"global_batch=512.*accum"),
+    (lambda: _p(dp=1, cp=3), r"cp=3.*seq_len=4096"),
+    (lambda: predict("llama3-8b", Layout(), cluster("dgx-a100"), global_batch=8, achievable={"fp16": 0.5}),
+     r"achievable=.*dtype='bf16'"),
+    (lambda: predict("llama3-8b", Layout(), cluster("dgx-a100"), global_batch=8, achievable=1.5), r"achievable=1.5"),
+    (lambda: predict("no-such-model", Layout(), cluster("dgx-a100"), global_batch=8), r"model='no-such-model'"),
+    (lambda: predict("llama3-8b", Layout(), cluster("v100-nvlink-4"), global_batch=8), r"dtype='bf16'.*V100"),
+])
+def test_bad_inputs_name_the_value_and_what_is_valid(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+# ------------------------------------------------------------------- chapter 5 / 30: BERT-large on 4 GPUs
+def test_bert_large_case_rebuilt_by_predict(capsys):
+    """Chapter 5: one GPU 360 ms; on 4 GPUs 1.8× measured (200 ms, nothing overlaps) and 135 ms =
+    max(90, 65) + 45 with overlap (2.67×). The achievable fraction is solved from the one-GPU step and
+    the link from the 65 ms all-reduce (as a learner fits them from measurements); predict then gives
+    both step models from the formulas."""
+    parts = decompose(0.360, 4, serial_step_s=0.200, overlapped_step_s=0.135)
+    B, c = 16, cluster("v100-nvlink-4")
+    one = predict(BERT_LARGE, Layout(micro_batch=B, dtype="fp16"), c, global_batch=B)
+    frac = one.achievable * one.step_s / 0.360           # the fraction that makes one GPU take 360 ms
+    grads = flops.n_params(BERT_LARGE) * 2               # fp16 gradients, one all-reduce per step
+    link = replace(c, intra_bw=2 * 3 / 4 * grads / parts.comm_s, intra_alpha_s=0.0)
+    kw = dict(global_batch=B, achievable=frac, sync_s=parts.sync_s, overlap_window="step")
+    lay4 = Layout(dp=4, micro_batch=B // 4, dtype="fp16")
+    over = predict(BERT_LARGE, lay4, link, **kw)
+    serial = predict(BERT_LARGE, lay4, link, dp_overlap=False, **kw)
+    nvlink = predict(BERT_LARGE, lay4, c, **kw)
+    t1 = predict(BERT_LARGE, Layout(micro_batch=B, dtype="fp16"), c, global_batch=B, achievable=frac).step_s
+    with capsys.disabled():
+        print(f"\nBERT-large: 1 GPU {t1 * 1e3:.0f} ms; 4 GPUs compute {over.compute_s * 1e3:.0f} ms, all-reduce "
+              f"{over.comm_s['dp'] * 1e3:.0f} ms, sync {over.sync_s * 1e3:.0f} ms -> overlapped {over.step_s * 1e3:.0f} "
+              f"ms ({t1 / over.step_s:.2f}x; published 2.67x), serial {serial.step_s * 1e3:.0f} ms "
+              f"({t1 / serial.step_s:.2f}x; published 1.8x). Achievable fraction {frac:.1%}; the 65 ms implies a "
+              f"{link.intra_bw / 1e9:.1f} GB/s link, NVLink's {c.intra_bw / 1e9:g} GB/s gives "
+              f"{nvlink.comm_s['dp'] * 1e3:.1f} ms")
+    assert t1 == pytest.approx(0.360)
+    assert over.compute_s == pytest.approx(parts.compute_s) and over.comm_s["dp"] == pytest.approx(parts.comm_s)
+    assert over.step_s == pytest.approx(0.135) and t1 / over.step_s == pytest.approx(2.67, abs=0.01)
+    assert serial.step_s == pytest.approx(0.200) and t1 / serial.step_s == pytest.approx(1.8)
+    assert nvlink.comm_s["dp"] < parts.comm_s / 5       # the case's all-reduce was far slower than NVLink
+
+
+# ---------------------------------------------------- chapter 29: 13B on 64 -> 128 A100 over 25 Gb/s Ethernet
+def test_13b_over_25gbe_pure_dp_collapses_and_tp_pp_accumulation_recovers(capsys):
+    """Syllabus ch. 29: 3.6k tokens/s/GPU expected, 2.1k measured on 128 GPUs (58% scaling efficiency);
+    the fix (TP+PP, accumulation, loader prefetch) 3.3k (92%). LLaMA 13B (Touvron et al. 2023, 4M-token
+    batches = 2048 × 2048). Pure DP is ZeRO-2 (DDP's 16 bytes/parameter do not fit 80 GB)."""
+    c64, c128 = cluster("a100-25gbe"), cluster("a100-25gbe", nodes=16)
+    dp = dict(strategy="zero2", micro_batch=4)
+    d64 = predict(LLAMA_13B, Layout(dp=64, **dp), c64, global_batch=2048)
+    d128 = predict(LLAMA_13B, Layout(dp=128, **dp), c128, global_batch=2048)
+    fix = predict(LLAMA_13B, Layout(dp=32, tp=2, pp=2, strategy="zero1", sequence_parallel=True), c128,
+                  global_batch=8192)                    # TP inside the node, PP, 4x accumulation per step
+    with capsys.disabled():
+        for name, p in (("pure DP, 64", d64), ("pure DP, 128", d128), ("TP2+PP2+4x accum, 128", fix)):
+            print(f"\n13B {name:>22} GPUs: {p.tokens_per_s:>9,.0f} tokens/s aggregate, {p.tokens_per_s_per_gpu:>6,.0f} "
+                  f"tokens/s per GPU, efficiency {p.efficiency:.0%} (published: 58% pure DP at 128, 92% fixed)",
+                  end="")
+        print()
+    assert d128.tokens_per_s > d64.tokens_per_s                       # aggregate still grows ...
+    assert d128.tokens_per_s_per_gpu < 0.85 * d64.tokens_per_s_per_gpu  # ... but per GPU it falls
+    assert d128.efficiency == pytest.approx(0.58, abs=0.10)           # the case's collapse
+    assert d128.exposed_s["dp"] > d128.compute_s * 0.5                # decided by the 25 Gb/s all-reduce
+    assert fix.tokens_per_s_per_gpu > 1.3 * d128.tokens_per_s_per_gpu  # recovery, per GPU
+    assert fix.efficiency > d128.efficiency + 0.15
+    assert "inside a node" in " ".join(fix.assumptions)
+
+
+# -------------------------------------------------------- Megatron-LM SC21 (Narayanan et al. 2021), Table 1
+def _gpt(L, h, a):
+    """Table 1's GPT shapes: vocabulary 51,200, sequence 2048 (§5.1)."""
+    return ModelShape(n_layers=L, d_model=h, n_heads=a, vocab_size=51200, seq_len=2048, bias=True, name=f"gpt-{h}")
+
+
+# (name, shape, t, p, GPUs, batch, published % of peak): Narayanan et al. 2021, Table 1, as recalled from the
+# paper (the exact table could not be fetched here; the shapes are corroborated by the BigScience notes).
+SC21 = [("1.7B", _gpt(24, 2304, 24), 1, 1, 32, 512, 44), ("18.4B", _gpt(40, 6144, 48), 8, 1, 256, 1024, 43),
+        ("145.6B", _gpt(80, 12288, 96), 8, 8, 1536, 2304, 47), ("1T", _gpt(128, 25600, 160), 8, 64, 3072, 3072, 52)]
+
+
+@pytest.mark.parametrize("name, shape, t, p, n, B, published", SC21, ids=[r[0] for r in SC21])
+def test_megatron_sc21_table1_within_10_points(name, shape, t, p, n, B, published, capsys):
+    """SC21's "% of peak" counts recomputation (eq. 3, the factor 4 of full activation recomputation), so it
+    is compared with predicted HFU under the "megatron" FLOP convention. Assumptions that move it: 50% of
+    the fp16 peak achievable; micro-batch 1; 1F1B without interleaving; no sequence parallelism or flash
+    attention (2021); DP all-reduce hidden only under the last micro-batch's backward."""
+    lay = Layout(dp=n // (t * p), tp=t, pp=p, recompute="full", dtype="fp16", flash_attention=False)
+    pr = predict(shape, lay, cluster("dgx-a100", nodes=n // 8), global_batch=B, method="megatron")
+    with capsys.disabled():
+        print(f"\nSC21 {name:>6}: predicted HFU {pr.hfu:.1%} (MFU {pr.mfu:.1%}) vs published {published}% of peak; "
+              f"bubble {pr.bubble_s / pr.step_s:.1%}, TP {pr.exposed_s.get('tp', 0) / pr.step_s:.1%}, "
+              f"{pr.memory['total'] / 2**30:.0f} GiB", end="")
+    assert abs(pr.hfu * 100 - published) <= 10
+    assert pr.fits
+
+
+# ------------------------------------------------------------ Llama 3 405B (Dubey et al. 2024), Table 4
+LLAMA3 = [(8192, 1, 64, 8192, 43), (16384, 1, 128, 8192, 41), (16384, 16, 8, 131072, 38)]
+
+
+@pytest.mark.parametrize("gpus, cp, dp, seq, published", LLAMA3, ids=["8K", "16K", "16K-cp16"])
+def test_llama3_405b_table4_within_10_points(gpus, cp, dp, seq, published, capsys):
+    """Table 4: TP8, PP16, 16M tokens per batch, BF16 MFU 43/41/38%. Assumptions: 50% achievable,
+    interleaved schedule with v = 4 (not published; v = 2 lands 5 points lower), micro-batch 1, ZeRO-2
+    ("FSDP" sharding optimizer states and gradients, §3.3.2), sequence parallelism, flash attention,
+    126 layers over 16 stages (8 on the slowest)."""
+    lay = Layout(dp=dp, tp=8, pp=16, cp=cp, strategy="zero2", schedule="interleaved", virtual_stages=4,
+                 sequence_parallel=True)
+    pr = predict("llama3-405b", lay, cluster("dgx-h100", nodes=gpus // 8), global_batch=2**24 // seq, seq_len=seq)
+    with capsys.disabled():
+        print(f"\nLlama 3 405B {gpus} GPUs cp{cp}: predicted MFU {pr.mfu:.1%} vs published {published}%; "
+              f"{pr.tokens_per_s_per_gpu * pr.model_flops_per_token / 1e12:.0f} TFLOP/s per GPU; "
+              f"bubble {pr.bubble_s / pr.step_s:.1%}", end="")
+    assert abs(pr.mfu * 100 - published) <= 10
+
+
+def test_expert_and_context_parallel_simple_models():
+    """EP shards the experts (memory falls ~ep-fold for Mixtral) and adds all-to-alls; CP adds K/V
+    all-gathers and splits the activations by the sequence."""
+    c = cluster("dgx-h100", nodes=1)
+    one = predict("mixtral-8x7b", Layout(dp=8, strategy="zero1"), c, global_batch=64)
+    ep = predict("mixtral-8x7b", Layout(dp=8, ep=8, strategy="zero1"), c, global_batch=64)
+    assert ep.memory["model_states"] < one.memory["model_states"] / 4 and ep.comm_s["ep"] > 0 and "ep" not in one.comm_s
+    kw = dict(global_batch=8, seq_len=32768)
+    flat = predict("llama3-8b", Layout(dp=8, tp=8, strategy="zero1"), cluster("dgx-h100"), **kw)
+    cp = predict("llama3-8b", Layout(dp=4, cp=2, tp=8, strategy="zero1"), cluster("dgx-h100"), **kw)
+    assert cp.comm_s["cp"] > 0 and cp.memory["activations"] < flat.memory["activations"]
+    assert "CP (simple model)" in " ".join(cp.assumptions)
