@@ -242,8 +242,9 @@ def _specs() -> list[Spec]:
              dict(mfu=0.4, peak_flops=1e14, n_devices=8, flops_per_token=1e9),
              dict(mfu="frac_open0", peak_flops="pos", n_devices="count", flops_per_token="pos")),
         Spec("perf.data_parallel_comm_s", st.data_parallel_comm_s,
-             dict(cfg=CFG, params=10**6, n_units=3, nranks=4, alpha_beta=FIT),
-             dict(cfg="obj", params="count0", n_units="count", nranks="count", alpha_beta="optobj")),
+             dict(cfg=CFG, params=10**6, n_units=3, nranks=4, alpha_beta=FIT, reduce_scatter_as_all_reduce=False),
+             dict(cfg="obj", params="count0", n_units="count", nranks="count", alpha_beta="optobj",
+                  reduce_scatter_as_all_reduce="flag")),
         # ---- scaling
         Spec("scaling.speedup", sc.speedup, dict(t1_s=0.4, tn_s=0.08), dict(t1_s="pos", tn_s="pos")),
         Spec("scaling.strong_efficiency", sc.strong_efficiency, dict(t1_s=0.4, tn_s=0.08, n=8),

@@ -122,7 +122,8 @@ def tokens_per_s_at(*, mfu: float, peak_flops: float, n_devices: int, flops_per_
                                 peak_flops=checks.positive("peak_flops", peak_flops))
 
 
-def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta) -> float:
+def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta, *,
+                         reduce_scatter_as_all_reduce: bool = False) -> float:
     """α–β estimate of the communication seconds per optimizer step of ``cfg`` (a
     :class:`labkit.train.TrainConfig`, ring model).
 
@@ -131,8 +132,12 @@ def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta) -> 
     FSDP: per micro-batch an all-gather of the parameters in forward and, when resharding after
     forward, again in backward; per step one reduce-scatter of the gradients; ``n_units`` collectives
     each (FSDP1 NO_SHARD: one all-reduce per unit). ``alpha_beta``: an object with ``alpha_s`` and
-    ``beta_s_per_byte`` (:class:`labkit.comm.AlphaBeta`). Taught in chapter 19 and chapter 20.
+    ``beta_s_per_byte`` (:class:`labkit.comm.AlphaBeta`). ``reduce_scatter_as_all_reduce``: price each
+    reduce-scatter as an all-reduce of its full input — gloo has no native reduce-scatter and runs it
+    that way (PLATFORM_NOTES), so use True for CPU ranks. Taught in chapter 19 and chapter 20.
     """
+    rs_op = "all_reduce" if checks.flag("reduce_scatter_as_all_reduce", reduce_scatter_as_all_reduce) \
+        else "reduce_scatter"
     nranks = checks.count("nranks", nranks)
     n_units = checks.count("n_units", n_units)
     missing = [k for k in ("parallel", "mp_policy", "bucket_cap_mb", "reshard_after_forward",
@@ -168,6 +173,6 @@ def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta) -> 
         reshard = cfg.sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
     pbytes = n_params * (2 if low else 4)
     ag = ring_time("all_gather", pbytes / n_units, nranks, alpha=a, beta=b) * n_units
-    rs = ring_time("reduce_scatter", n_params * 4 / n_units, nranks, alpha=a, beta=b) * n_units
+    rs = ring_time(rs_op, n_params * 4 / n_units, nranks, alpha=a, beta=b) * n_units
     t = accum * ag * (2 if reshard else 1) + rs
     return checks.finite_result("communication seconds", t, params=params, alpha_beta=alpha_beta)
