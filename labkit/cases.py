@@ -54,15 +54,21 @@ class CaseWarning:
                           f"> *What is right:* {self.right}", ">", f"> *Why:* {self.why}"])
 
 
-def warnings_markdown(case) -> str:
-    """A case's ⚠ records as Markdown, one box each, for ``display(Markdown(...))`` in a chapter.
+def warnings_markdown(case, keys: str | None = None) -> str:
+    """A case's ⚠ records as Markdown, one box each, for ``display(Markdown(...))`` in a chapter;
+    ``keys`` (e.g. ``"ae"``) picks records by their letters, in that order (default: all).
 
-    Taught in chapter 5 (BERT-large) and chapter 14 (both cases).
+    Taught in chapter 5 (BERT-large), chapter 11 and chapter 14 (both cases).
     """
     ws = getattr(case, "warnings", None)
     if not isinstance(ws, tuple) or not all(isinstance(w, CaseWarning) for w in ws):
         raise checks.ArgumentTypeError(f"case must be a labkit.cases case (bert_large(), thirteen_b()), got "
                                        f"{type(case).__name__} {case!r:.60}")
+    by_key = {w.key: w for w in ws}
+    if keys is not None:
+        if not isinstance(keys, str) or not keys or any(k not in by_key for k in keys):
+            raise ValueError(f"keys={keys!r} is not valid: use letters of {''.join(by_key)}")
+        ws = tuple(by_key[k] for k in keys)
     return "\n\n".join(w.markdown() for w in ws)
 
 
@@ -149,10 +155,10 @@ class BertLargeCase:
 
     @property
     def large_modelled_ms(self) -> float:
-        """Modelled 8-GPU step on the 4-GPU link: t₁/8 compute, the ring all-reduce rescaled by its bus
-        factor 2(n−1)/n, the same sync, overlapped (a lower bound: no overheads)."""
-        comm = self.comm_ms * bus_factor("all_reduce", self.n_large) / bus_factor("all_reduce", self.n)
-        return StepParts(self.t1_ms / self.n_large, comm, self.sync_ms).step(True)
+        """MODELLED 8-GPU step on the 4-GPU link (:meth:`implied_link_bw`): t₁/8 compute, the ring
+        all-reduce of the gradients on 8 ranks, the same sync, overlapped — a lower bound (no overheads)."""
+        comm = ring_time("all_reduce", self.grad_bytes, self.n_large, alpha=_ALPHA_S, beta=1 / self.implied_link_bw())
+        return StepParts(self.t1_ms / self.n_large, comm * 1e3, self.sync_ms).step(True)
 
     # --------------------------------------------------------------------------------- the split
     def split_ms(self, backward_over_forward: float = 2.0) -> tuple[float, float]:

@@ -80,6 +80,7 @@ def test_every_warning_record_is_complete(case):
         assert re.search(r"\d", w.arithmetic), w          # arithmetic shows numbers
     md = cases.warnings_markdown(case)
     assert md.count("> **⚠ (") == len(case.warnings) and "*What is right:*" in md
+    assert cases.warnings_markdown(case, keys="ba").index("⚠ (b)") < cases.warnings_markdown(case, keys="ba").index("⚠ (a)")
     assert case.sources and all(isinstance(s, str) and s for s in case.sources)
 
 
@@ -97,8 +98,97 @@ def test_warning_text_is_derived_not_restated():
     (lambda: BERT.split_ms(0), r"backward_over_forward=0"),
     (lambda: BERT.implied_link_bw(alpha_s=0.1), r"alpha_s=0.1"),
     (lambda: cases.warnings_markdown({"warnings": 1}), r"labkit.cases case"),
+    (lambda: cases.warnings_markdown(BERT, keys="az"), r"keys='az'.*abcde"),
     (lambda: cases.CaseWarning("a", "t", "", "1", "r", "w", "s"), r"CaseWarning.claim"),
 ])
 def test_bad_input_names_the_value(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+# ------------------------------------------------- the chapters quote the cases as labkit.cases has them
+NOTEBOOKS = sorted((ROOT / "chapters").rglob("*.ipynb"))
+
+
+def _cells(path: Path):
+    """(cell id, cell type, source) of every markdown and code cell of a stored notebook."""
+    for c in json.loads(path.read_text())["cells"]:
+        if c["cell_type"] in ("markdown", "code"):
+            yield c.get("id"), c["cell_type"], "".join(c["source"])
+
+
+def _num(s: str) -> float:
+    return float(s)
+
+
+def _allowed():
+    b, t = BERT, T13
+    speedups = {float(b.n), b.measured_speedup, b.speedup_large, 2.0,           # 2.0: backward ≈ 2× forward
+                round(b.speedup(True), 2), round(b.speedup(True), 1), round(b.speedup(False), 2),
+                round(b.t1_ms / b.large_step_ms, 2)}
+    gbs = {t.busbw_across_gb_s, t.busbw_inside_gb_s, round(t.line_rate_gb_s, 3), round(b.implied_link_bw() / 1e9, 1),
+           *(round(v / 1e9, 2) for v in cases.LINKS.values()), *(round(v / 1e9, 1) for v in cases.LINKS.values())}
+    return speedups, gbs, {t.expected_k, t.measured_k, t.fixed_k}, {round(100 * e) for e in t.stated_efficiency}
+
+
+# a cell is about BERT-large when it names it or quotes its one-GPU step or 4-GPU compute
+BERT_CELL = r"BERT|\b360 ?ms|\bcompute 90 ms"
+
+
+def case_violations(cells) -> list[str]:
+    """Numbers attached to the seed cases in ``cells`` ((where, source) pairs) that labkit.cases does not give."""
+    speedups, gbs, ks, pcts = _allowed()
+    b = BERT
+    bad = []
+    for where, text in cells:
+        if re.search(BERT_CELL, text):
+            for label, pat, want in (("all-reduce", r"(?:all-reduce|comm)\D{0,12}?(\d+(?:\.\d+)?) ?ms", {b.comm_ms}),
+                                     ("sync", r"sync\D{0,12}?(\d+(?:\.\d+)?) ?ms", {b.sync_ms}),
+                                     ("compute", r"compute\D{0,12}?(\d+(?:\.\d+)?) ?ms", {b.compute_ms})):
+                bad += [f"{where}: BERT {label} {v} ms (labkit.cases: {sorted(want)})"
+                        for v in re.findall(pat, text) if _num(v) not in want]
+            bad += [f"{where}: BERT speedup {v}× (labkit.cases gives {sorted(speedups)})"
+                    for v in re.findall(r"(\d+(?:\.\d+)?)×", text) if _num(v) not in speedups]
+            bad += [f"{where}: BERT sync/all-reduce of the old rebuild ({m})"
+                    for m in re.findall(r"\b(?:65|45) ms\b(?! of serial)", text)]
+        if re.search(r"13B", text):
+            bad += [f"{where}: 13B rate {v}k (labkit.cases: {sorted(ks)})"
+                    for v in re.findall(r"(\d+(?:\.\d+)?)k\b", text) if _num(v) not in ks]
+            bad += [f"{where}: 13B efficiency {v}% (the source's: {sorted(pcts)})"
+                    for v in re.findall(r"(\d+) ?%", text) if int(v) not in pcts]
+        if re.search(BERT_CELL + "|13B", text):
+            bad += [f"{where}: {v} GB/s is neither case's figure nor a catalogued link ({sorted(gbs)})"
+                    for v in re.findall(r"(\d+(?:\.\d+)?) ?GB/s", text) if _num(v) not in gbs]
+    return bad
+
+
+def test_the_scanner_catches_the_old_rebuild():
+    old = [("ch05", "BERT-large: compute 90 ms, comm 65 ms, sync 45 ms → 135 ms = 2.7×"),
+           ("ch05", "BERT-large rebuilt: 4 GPUs 2.71× possible"),
+           ("ch14", "A 13B model fell from an expected 3.6k to 2.0k tokens/s per GPU (55% efficiency)"),
+           ("ch11", "BERT-large over a 16 GB/s link"),
+           ("ch05 quiz", "compute 90 ms, comm 65 ms, sync 45 ms. Step time in ms with full overlap?")]
+    found = case_violations(old)
+    assert any("all-reduce 65" in f for f in found) and any("sync 45" in f for f in found)
+    assert any("2.71×" in f for f in found) and any("2.0k" in f for f in found) and any("55%" in f for f in found)
+    assert any("16 GB/s" in f for f in found) and any(f.startswith("ch05 quiz") for f in found)
+    assert not case_violations([("ok", "BERT-large: all-reduce 120 ms, sync 15 ms → 2.67×; 13B 3.6k → 2.1k, 58%")])
+
+
+def test_chapters_quote_the_seed_cases_as_labkit_cases_has_them():
+    assert NOTEBOOKS, "no stored notebooks found under chapters/"
+    cells = [(f"{p.relative_to(ROOT)}#{cid}", src) for p in NOTEBOOKS for cid, _, src in _cells(p)]
+    assert case_violations(cells) == []
+
+
+def test_chapters_that_rebuild_a_case_use_labkit_cases():
+    """A chapter that prints a case's numbers or quotes the 13B per-GPU figures builds them from labkit.cases
+    and shows the ⚠ records (no private copy of the case)."""
+    for p in NOTEBOOKS:
+        code = "\n".join(src for _, kind, src in _cells(p) if kind == "code")
+        text = "\n".join(src for _, _, src in _cells(p))
+        assert "scaling.decompose(t1" not in code and "BERT_LARGE_PARAMS" not in code, p.name
+        if re.search(r"BERT", code):
+            assert "bert_large()" in code and "warnings_markdown(" in code, p.name
+        if "3.6k" in text or re.search(r"13B", code):
+            assert "thirteen_b()" in code and "warnings_markdown(" in code, p.name
