@@ -12,7 +12,7 @@ import pytest
 
 from labkit import flops
 from labkit.flops import ModelShape
-from labkit.perf import CLUSTERS, Layout, cluster, decompose, predict
+from labkit.perf import CLUSTERS, Layout, cluster, predict
 from labkit.perf.predict import TERMS
 
 LLAMA_13B = ModelShape(n_layers=40, d_model=5120, n_heads=40, d_ff=13824, vocab_size=32000, seq_len=2048,
@@ -125,33 +125,35 @@ def test_bad_inputs_name_the_value_and_what_is_valid(make, match):
 
 # ------------------------------------------------------------------- chapter 5 / 30: BERT-large on 4 GPUs
 def test_bert_large_case_rebuilt_by_predict(capsys):
-    """Chapter 5: one GPU 360 ms; on 4 GPUs 1.8× measured (200 ms, nothing overlaps) and 135 ms =
-    max(90, 65) + 45 with overlap (2.67×). The achievable fraction is solved from the one-GPU step and
-    the link from the 65 ms all-reduce (as a learner fits them from measurements); predict then gives
-    both step models from the formulas."""
-    parts = decompose(0.360, 4, serial_step_s=0.200, overlapped_step_s=0.135)
-    B, c = 16, cluster("v100-nvlink-4")
-    one = predict(BERT_LARGE, Layout(micro_batch=B, dtype="fp16"), c, global_batch=B)
-    frac = one.achievable * one.step_s / 0.360           # the fraction that makes one GPU take 360 ms
-    grads = flops.n_params(BERT_LARGE) * 2               # fp16 gradients, one all-reduce per step
+    """Chapter 5: the source's one-GPU 360 ms and 4-GPU compute 90 ms, all-reduce 120 ms, sync 15 ms
+    (labkit.cases.bert_large): overlapped max(90, 120) + 15 = 135 ms (2.67×), 225 ms without overlap. The
+    achievable fraction is solved from the one-GPU step and the link from the all-reduce (as a learner fits
+    them from measurements; fp32 gradients, as the case); predict then gives both step models."""
+    from labkit.cases import bert_large
+
+    case = bert_large()
+    parts = case.parts
+    B, c = 4, cluster("v100-nvlink-4")             # 4 × 512 tokens: an fp32 V100 reaches 360 ms below peak
+    one = predict(BERT_LARGE, Layout(micro_batch=B, dtype="fp32"), c, global_batch=B)
+    frac = one.achievable * one.step_s / parts.compute_s / 4     # the fraction that makes one GPU take t1
+    grads = flops.n_params(BERT_LARGE) * 4               # fp32 gradients, one all-reduce per step
     link = replace(c, intra_bw=2 * 3 / 4 * grads / parts.comm_s, intra_alpha_s=0.0)
     kw = dict(global_batch=B, achievable=frac, sync_s=parts.sync_s, overlap_window="step")
-    lay4 = Layout(dp=4, micro_batch=B // 4, dtype="fp16")
+    lay4 = Layout(dp=4, micro_batch=B // 4, dtype="fp32")
     over = predict(BERT_LARGE, lay4, link, **kw)
     serial = predict(BERT_LARGE, lay4, link, dp_overlap=False, **kw)
     nvlink = predict(BERT_LARGE, lay4, c, **kw)
-    t1 = predict(BERT_LARGE, Layout(micro_batch=B, dtype="fp16"), c, global_batch=B, achievable=frac).step_s
+    t1 = predict(BERT_LARGE, Layout(micro_batch=B, dtype="fp32"), c, global_batch=B, achievable=frac).step_s
     with capsys.disabled():
         print(f"\nBERT-large: 1 GPU {t1 * 1e3:.0f} ms; 4 GPUs compute {over.compute_s * 1e3:.0f} ms, all-reduce "
               f"{over.comm_s['dp'] * 1e3:.0f} ms, sync {over.sync_s * 1e3:.0f} ms -> overlapped {over.step_s * 1e3:.0f} "
-              f"ms ({t1 / over.step_s:.2f}x; published 2.67x), serial {serial.step_s * 1e3:.0f} ms "
-              f"({t1 / serial.step_s:.2f}x; published 1.8x). Achievable fraction {frac:.1%}; the 65 ms implies a "
-              f"{link.intra_bw / 1e9:.1f} GB/s link, NVLink's {c.intra_bw / 1e9:g} GB/s gives "
-              f"{nvlink.comm_s['dp'] * 1e3:.1f} ms")
-    assert t1 == pytest.approx(0.360)
+              f"ms ({t1 / over.step_s:.2f}x), serial {serial.step_s * 1e3:.0f} ms ({t1 / serial.step_s:.2f}x). "
+              f"Achievable fraction {frac:.1%}; the all-reduce implies a {link.intra_bw / 1e9:.1f} GB/s link, NVLink's "
+              f"{c.intra_bw / 1e9:g} GB/s gives {nvlink.comm_s['dp'] * 1e3:.1f} ms")
+    assert t1 == pytest.approx(case.t1_ms / 1e3)
     assert over.compute_s == pytest.approx(parts.compute_s) and over.comm_s["dp"] == pytest.approx(parts.comm_s)
-    assert over.step_s == pytest.approx(0.135) and t1 / over.step_s == pytest.approx(2.67, abs=0.01)
-    assert serial.step_s == pytest.approx(0.200) and t1 / serial.step_s == pytest.approx(1.8)
+    assert over.step_s * 1e3 == pytest.approx(case.step_ms(True)) and t1 / over.step_s == pytest.approx(case.speedup())
+    assert serial.step_s * 1e3 == pytest.approx(case.step_ms(False))
     assert nvlink.comm_s["dp"] < parts.comm_s / 5       # the case's all-reduce was far slower than NVLink
 
 

@@ -20,11 +20,21 @@ def test_cost_calculator_matches_labkit_cost():
 
 def test_widget_builds_headless_and_updates():
     pytest.importorskip("ipywidgets")
-    calc = widgets.scaling_calculator()
+    calc = widgets.scaling_calculator()         # starts on the BERT-large case (labkit.cases)
     box = calc.widget()
-    assert "135" in box.result.value
+    assert "135" in box.result.value            # max(90, 120) + 15
     box.controls["comm_ms"].value = 0.0
-    assert "2.667" in box.result.value          # no comm: 360 / (90 + 45)
+    assert "3.429" in box.result.value          # no comm: 360 / (90 + 15)
+
+
+def test_scaling_calculator_defaults_are_the_bert_large_case():
+    from labkit.cases import bert_large
+
+    case, out = bert_large(), widgets.scaling_calculator().compute()
+    assert out["step, overlap (ms)"] == pytest.approx(case.step_ms(True))
+    assert out["step, no overlap (ms)"] == pytest.approx(case.step_ms(False))
+    assert out["speedup, overlap"] == pytest.approx(case.speedup(True))
+    assert widgets.scaling_calculator(comm_ms=0.0).compute()["step, overlap (ms)"] == pytest.approx(105)
 
 
 def test_show_static_fallback(capsys, monkeypatch):
@@ -71,7 +81,8 @@ CHAPTER_CASES = {
                                                  throughput_drop=0.30),
     "ch04 mfu": lambda: widgets.mfu_calculator(tokens_per_s=6761.283841315374, flops_per_token=5.7231e6,
                                                n_devices=1, peak_tflops=0.11423, recompute_factor=1.1523),
-    "ch05 scaling": lambda: widgets.scaling_calculator(t1_ms=360, n=4, comm_ms=64.87, sync_ms=45.31),
+    "ch05 scaling": lambda: widgets.scaling_calculator(),          # the chapter starts on labkit.cases' numbers
+    "ch05 scaling, off-grid": lambda: widgets.scaling_calculator(t1_ms=360, n=4, comm_ms=64.87, sync_ms=45.31),
 }
 
 
