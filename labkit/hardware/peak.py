@@ -35,6 +35,25 @@ def _measured_peak_cached(device: str, dtype: str) -> PeakMeasurement:
     return _MEASURED[(device, dtype)]
 
 
+def _catalogued_gpu(dev):
+    """The catalogue's entry for the GPU ``dev`` is, or None (a CPU, or a GPU the catalogue lacks)."""
+    if dev.type != "cuda":
+        return None
+    import torch
+
+    try:
+        return lookup(torch.cuda.get_device_name(dev))
+    except ValueError:
+        return None
+
+
+def _fresh_calibration(dev, dtype: str):
+    """This machine's stored calibration for ``dev`` and ``dtype`` (None when there is none); one measured
+    under other conditions (torch upgraded, other CPU, other threads) is measured again and stored first."""
+    cal, fresh = calibration.find(dev, dtype)
+    return calibration.calibrate_one(dev, dtype) if cal is not None and not fresh else cal
+
+
 def resolve_peak(device="auto", dtype="bf16", peak_flops: float | None = None) -> tuple[float, str]:
     """The per-device peak FLOP/s to divide by, and its source (see the module docstring).
 
@@ -54,18 +73,10 @@ def resolve_peak(device="auto", dtype="bf16", peak_flops: float | None = None) -
             where = fam.names[0] if len(fam.parts) == 1 else f"{device} = {'|'.join(fam.names)}"
             return fam.peak(key), f"catalogue:{where}"
     dev = resolve_device(device)
-    if dev.type == "cuda":
-        import torch
-
-        try:
-            spec = lookup(torch.cuda.get_device_name(dev))
-        except ValueError:
-            spec = None
-        if spec is not None:
-            return spec.peak(key), f"catalogue:{spec.name}"
-    cal, fresh = calibration.find(dev, key)
-    if cal is not None and not fresh:     # measured under other conditions: measure again, store it
-        cal = calibration.calibrate_one(dev, key)
+    spec = _catalogued_gpu(dev)
+    if spec is not None:
+        return spec.peak(key), f"catalogue:{spec.name}"
+    cal = _fresh_calibration(dev, key)
     if cal is not None:
         return cal.flops, f"calibrated:{cal.describe()}"
     m = _measured_peak_cached(str(dev), key)
@@ -83,18 +94,10 @@ def resolve_bandwidth(device="auto", dtype="fp32") -> tuple[float, str]:
     """
     key = normalize_dtype(dtype)
     dev = resolve_device(device)
-    if dev.type == "cuda":
-        import torch
-
-        try:
-            spec = lookup(torch.cuda.get_device_name(dev))
-        except ValueError:
-            spec = None
-        if spec is not None:
-            return spec.memory_bw, f"catalogue:{spec.name}"
-    cal, fresh = calibration.find(dev, key)
-    if cal is not None and not fresh:
-        cal = calibration.calibrate_one(dev, key)
+    spec = _catalogued_gpu(dev)
+    if spec is not None:
+        return spec.memory_bw, f"catalogue:{spec.name}"
+    cal = _fresh_calibration(dev, key)
     if cal is not None:
         return cal.bandwidth, f"calibrated:copy beside {cal.describe()}"
     return measure_memory_bandwidth(dev), f"measured:copy on {dev}{NOT_CALIBRATED}"
