@@ -12,7 +12,7 @@ import math
 
 from labkit.units import si
 
-__all__ = ["si", "new_axes", "roofline", "stacked_parts", "scaling", "bars"]
+__all__ = ["si", "new_axes", "legend_outside", "roofline", "stacked_parts", "scaling", "bars"]
 
 PALETTE = {"compute": "#4C72B0", "communication": "#DD8452", "comm": "#DD8452", "memory": "#55A868",
            "data": "#C44E52", "scheduling": "#8172B3", "sync": "#937860", "forward": "#4C72B0",
@@ -31,6 +31,13 @@ def _ax(ax):
     if ax is None:
         return new_axes()[1][0]
     return ax
+
+
+def legend_outside(ax, *, fontsize: int = 7):
+    """The legend to the right of the axes, never over the data (bars reach the top of a share plot; a
+    legend inside covers them). Jupyter's inline figures are cropped with ``bbox_inches="tight"``, so
+    the legend is kept in the picture. Taught in chapter 2 (reading a step's parts)."""
+    return ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def roofline(peak_flops: float, bandwidth: float, points=None, *, ax=None, label_points: bool = True,
@@ -78,7 +85,7 @@ def stacked_parts(rows: dict[str, dict[str, float]], *, ax=None, unit: str = "ms
     Taught in chapter 2 (phases of a step) and chapter 5 (where the speedup goes)."""
     ax = _ax(ax)
     labels = list(rows)
-    seen = set()
+    seen, widest = set(), 0.0
     for i, lab in enumerate(labels):
         left = 0.0
         for part, v in rows[lab].items():
@@ -90,10 +97,12 @@ def stacked_parts(rows: dict[str, dict[str, float]], *, ax=None, unit: str = "ms
             seen.add(part)
             left += w
         ax.text(left, i, f" {left:.0f} {unit}", va="center", fontsize=8)
+        widest = max(widest, left)
+    ax.set_xlim(0, widest * 1.18 or 1.0)      # room for the totals inside the axes, clear of the legend
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
     ax.set_xlabel(unit)
-    ax.legend(fontsize=7, loc="lower right")
+    legend_outside(ax)
     if title:
         ax.set_title(title)
     return ax

@@ -7,6 +7,7 @@ Taught in chapter 14 (systematic diagnosis).
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -82,7 +83,10 @@ class Diagnosis:
     def report(self) -> str:
         """A readable report: the figures read, then each finding with evidence and advice."""
         lines = ["Diagnosis (metrics → logs → topology → strategy)", ""]
-        lines.append("Figures: " + ", ".join(f"{k} {_fmt(v)}" for k, v in self.figures.items() if v is not None))
+        figures = ", ".join(f"{k} {_fmt(v)}" for k, v in self.figures.items() if v is not None)
+        # wrapped at commas to the width of a notebook's output area (a 300-character line breaks mid-word)
+        lines += textwrap.wrap("Figures: " + figures, width=104, subsequent_indent="  ", break_long_words=False,
+                               break_on_hyphens=False)
         lines.append("")
         if not self.findings:
             lines.append("No finding crossed its threshold.")

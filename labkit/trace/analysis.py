@@ -240,7 +240,7 @@ class TraceAnalysis:
         ax.set_xlabel("rank")
         ax.set_ylabel("share of step time")
         ax.set_ylim(0, 1)
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)   # off the bars
         ax.set_title(f"Where the step time goes ({self.kind.upper()} trace)")
         return ax
 
