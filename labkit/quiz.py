@@ -39,7 +39,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Question", "check", "check_all", "Feedback", "evaluate"]
+__all__ = ["Question", "Prediction", "check", "check_all", "Feedback", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,74 @@ class Feedback:
     @property
     def ok(self) -> bool:
         return self.status == "correct"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A "predict, then measure" question: the learner writes a guess *before* a measurement runs.
+
+    Unlike a :class:`Question`, the answer does not exist when the question is asked — it is the
+    measurement the next cells make. ``reveal`` compares the guess with it and says by how much the
+    learner's mental model was off, and in which direction; ``tol_rel`` is how close counts as a good
+    prediction (default 25 %: a prediction is a model, not a measurement). Taught in chapter 1::
+
+        p = quiz.Prediction("ch05-p1", "How much faster will 2 ranks train than 1?", unit="×")
+        p.show()
+        my_prediction = None          # write your guess here, then run the measurement below
+        ...                           # the measurement
+        p.reveal(my_prediction, measured=speedup, why="two ranks share two cores and a memory bus")
+    """
+
+    id: str
+    prompt: str
+    unit: str = ""
+    tol_rel: float = 0.25
+
+    def __post_init__(self):
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"Prediction id must be a non-empty string, got {self.id!r}")
+        if not (0 < self.tol_rel < 1):
+            raise ValueError(f"Prediction {self.id}: tol_rel must be in (0, 1), got {self.tol_rel!r}")
+
+    def text(self) -> str:
+        unit = f"  [unit: {self.unit}]" if self.unit else ""
+        return f"[{self.id}] Predict before you measure: {self.prompt}{unit}"
+
+    def show(self) -> None:
+        """Print the question; the learner answers in the next cell, before the measurement runs."""
+        print(self.text())
+
+    def evaluate(self, guess: Any, measured: float) -> Feedback:
+        """Compare ``guess`` with ``measured`` without printing (``reveal`` prints this)."""
+        if isinstance(measured, bool) or not isinstance(measured, numbers.Real) or not math.isfinite(measured):
+            raise ValueError(f"Prediction {self.id}: measured must be a finite number, got {measured!r}")
+        unit = f" {self.unit}" if self.unit else ""
+        got = f"measured {_fmt(measured)}{unit}"
+        if guess is None or guess is Ellipsis:
+            return Feedback(self.id, "unanswered",
+                            f"no prediction written ({got}) — next time write a guess before the measurement runs")
+        if isinstance(guess, bool) or not isinstance(guess, numbers.Real) or not math.isfinite(guess):
+            return Feedback(self.id, "wrong", f"a prediction is a finite number, got {guess!r} ({got})")
+        if measured == 0:
+            off = abs(guess)
+            close = off <= self.tol_rel
+            detail = f"off by {_fmt(off)}{unit}"
+        else:
+            rel = (guess - measured) / abs(measured)
+            close = abs(rel) <= self.tol_rel
+            detail = f"{abs(rel):.0%} {'too high' if rel > 0 else 'too low'}" if rel else "exact"
+        status = "correct" if close else "wrong"
+        verdict = "a good prediction" if close else "your model of the system missed something"
+        return Feedback(self.id, status, f"you predicted {_fmt(guess)}{unit}, {got}: {detail} — {verdict}")
+
+    def reveal(self, guess: Any, *, measured: float, why: str = "") -> bool:
+        """Print how the guess compares with the measurement (and ``why``, the mechanism); True when close."""
+        fb = self.evaluate(guess, measured)
+        mark = {"correct": "✔", "wrong": "✘", "unanswered": "…"}[fb.status]
+        print(f"{mark} [{fb.question_id}] {fb.message}")
+        if why:
+            print(f"  why: {why}")
+        return fb.ok
 
 
 def _norm(s: str) -> str:

@@ -94,3 +94,27 @@ def test_show_and_markdown(capsys):
     qq.show()
     assert "[t-q6] pick  (one of: a, b)" in capsys.readouterr().out
     assert qq._repr_markdown_().startswith("**[t-q6]**")
+
+
+def test_prediction_compares_guess_with_measurement(capsys):
+    p = quiz.Prediction("t-p1", "speed-up of 2 ranks?", unit="×")
+    p.show()
+    assert "[t-p1] Predict before you measure: speed-up of 2 ranks?  [unit: ×]" in capsys.readouterr().out
+    assert p.reveal(1.8, measured=1.6, why="shared cores") is True       # 12.5 % high, inside 25 %
+    out = capsys.readouterr().out
+    assert "you predicted 1.8 ×, measured 1.6 ×: 12% too high — a good prediction" in out and "why: shared cores" in out
+    assert p.reveal(2.0, measured=1.2) is False                           # 67 % high
+    assert "67% too high — your model of the system missed something" in capsys.readouterr().out
+    assert p.evaluate(0.5, 1.0).message.startswith("you predicted 0.5 ×, measured 1 ×: 50% too low")
+    assert p.evaluate(None, 1.0).status == "unanswered"
+    assert p.evaluate("fast", 1.0).status == "wrong"
+    assert p.evaluate(0.1, 0.0).ok and not p.evaluate(0.5, 0.0).ok          # absolute when measured is 0
+
+
+def test_bad_predictions_rejected():
+    with pytest.raises(ValueError, match="tol_rel"):
+        quiz.Prediction("x", "p", tol_rel=0)
+    with pytest.raises(ValueError, match="non-empty"):
+        quiz.Prediction("", "p")
+    with pytest.raises(ValueError, match="measured must be a finite number"):
+        quiz.Prediction("x", "p").evaluate(1.0, float("nan"))
