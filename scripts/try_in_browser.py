@@ -27,7 +27,6 @@ import posixpath
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import jlab  # scripts/jlab.py: the page steps shared with tests/test_browser.py
+
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
@@ -43,12 +44,6 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def descendants(pid: int) -> list[int]:
@@ -129,28 +124,6 @@ def dismiss_news(page, shots: Path, summary: dict) -> None:
             no.first.click()
 
 
-def wait_idle_kernel(page, timeout: float) -> None:
-    page.wait_for_function(
-        """() => { const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');
-                   return s && s.getAttribute('data-status') === 'idle'; }""", timeout=timeout * 1000)
-
-
-def run_all_and_wait(page, timeout: float) -> float:
-    t0 = time.perf_counter()
-    page.locator(".lm-MenuBar-item", has_text=re.compile("^Run$")).click()
-    page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
-    time.sleep(2)
-    # done when no visible prompt shows [*] and the kernel is idle
-    page.wait_for_function(
-        """() => { const nb = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
-                   if (!nb) return false;
-                   const busy = [...nb.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('*'));
-                   const ind = nb.querySelector('.jp-Notebook-ExecutionIndicator');
-                   return !busy && (!ind || ind.getAttribute('data-status') === 'idle'); }""",
-        timeout=timeout * 1000, polling=2000)
-    return time.perf_counter() - t0
-
-
 def cell_with(panel, pattern: str):
     cells = panel.locator(".jp-CodeCell").filter(has=panel.page.locator(".jp-OutputArea", has_text=re.compile(pattern)))
     return cells.first if cells.count() else None
@@ -203,7 +176,7 @@ def browse(port: int, shots: Path, chromium: str | None, run_timeout: float, sum
             summary["index_url"] = f"{base}/lab/tree/{index}"
             page.goto(summary["index_url"])
             page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
-            wait_idle_kernel(page, 60)
+            jlab.wait_kernel_idle(page, 60)
             summary["index_open_s"] = round(time.perf_counter() - t0, 1)
             time.sleep(1)
             dismiss_news(page, shots, summary)
@@ -216,12 +189,12 @@ def browse(port: int, shots: Path, chromium: str | None, run_timeout: float, sum
             link.click()
             page.wait_for_selector(".lm-TabBar-tab:has-text('ch04_mfu_hfu.ipynb')", timeout=60_000)
             page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=60_000)
-            wait_idle_kernel(page, 90)
+            jlab.wait_kernel_idle(page, 90)
             summary["ch04_open_s"] = round(time.perf_counter() - t0, 1)
             dismiss_news(page, shots, summary)
             page.screenshot(path=str(shots / "02_ch04_opened.png"))
 
-            summary["ch04_run_all_s"] = round(run_all_and_wait(page, run_timeout), 1)
+            summary["ch04_run_all_s"] = round(jlab.run_all(page, run_timeout), 1)
             panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
             page.screenshot(path=str(shots / "03_ch04_after_run_all.png"))
 
@@ -282,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         print(summary["bootstrap_output"], file=sys.stderr)
         return 1
 
-    port = free_port()
+    port = jlab.free_port()
     state = Path(tempfile.mkdtemp(prefix="newcomer-jupyter-"))
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(state / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(state / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(state / "workspaces"))

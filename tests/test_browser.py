@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,18 +28,15 @@ from _makefile import lab_flags
 from labkit.paths import repo_root
 
 ROOT = repo_root()
+sys.path.insert(0, str(ROOT / "scripts"))
+import jlab  # noqa: E402  (scripts/jlab.py: the page steps shared with scripts/try_in_browser.py)
+
 CHROMIUM = os.environ.get("LABKIT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 RUN_ALL_TIMEOUT_S = 900          # chapter 4 with the learner's parameters, on a loaded 2-core machine
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _served_copy(dest: Path) -> Path:
@@ -87,7 +83,7 @@ def course_server(tmp_path):
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(state / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(state / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(state / "workspaces"), LABKIT_ROOT=str(ROOT),
                LABKIT_WORK=str(tmp_path / "work"))
-    port = _free_port()
+    port = jlab.free_port()
     flags = {**lab_flags(), "ServerApp.root_dir": str(served)}
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", *(f"--{k}={v}" for k, v in flags.items()),
            "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.ip=127.0.0.1",
@@ -113,37 +109,9 @@ def course_server(tmp_path):
         _stop(proc)
 
 
-def _wait_kernel_idle(page, timeout_s: float) -> None:
-    page.wait_for_function(
-        """() => { const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');
-                   return s && s.getAttribute('data-status') === 'idle'; }""", timeout=timeout_s * 1000)
-
-
 def _dirty_tabs(page) -> list[str]:
     time.sleep(3)                 # a notebook that changes on load is marked within a moment
     return page.eval_on_selector_all(".lm-TabBar-tab.jp-mod-dirty", "els => els.map(e => e.textContent)")
-
-
-def _menu(page, menu: str, command: str) -> None:
-    page.locator(".lm-MenuBar-item", has_text=re.compile(f"^{menu}$")).click()
-    page.locator(f'.lm-Menu-item[data-command="{command}"]').click()
-
-
-def _run_all(page, timeout_s: float) -> None:
-    """Clear the stored outputs (so every output checked below is this run's), then Run All and wait."""
-    _menu(page, "Edit", "editmenu:clear-all")
-    page.wait_for_function("() => !document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) "
-                           ".jp-OutputArea-output')", timeout=30_000)
-    page.locator(".lm-MenuBar-item", has_text=re.compile("^Run$")).click()
-    page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
-    time.sleep(2)
-    page.wait_for_function(
-        """() => { const nb = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
-                   if (!nb) return false;
-                   const busy = [...nb.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('*'));
-                   const ind = nb.querySelector('.jp-Notebook-ExecutionIndicator');
-                   return !busy && (!ind || ind.getAttribute('data-status') === 'idle'); }""",
-        timeout=timeout_s * 1000, polling=2000)
 
 
 def _values(text: str, names: tuple[str, ...]) -> dict[str, str]:
@@ -164,7 +132,7 @@ def test_the_course_in_a_browser(course_server, tmp_path):
             # 1. the URL JupyterLab prints opens the course index, unmodified
             page.goto(url)
             page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
-            _wait_kernel_idle(page, 120)
+            jlab.wait_kernel_idle(page, 120)
             current = page.locator(".lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").all_text_contents()
             assert "index.ipynb" in current, f"the printed URL {url} opened {current}, not the course index"
             assert _dirty_tabs(page) == [], "the index opened already modified (incomplete notebook metadata?)"
@@ -173,11 +141,11 @@ def test_the_course_in_a_browser(course_server, tmp_path):
             page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) a[href*='ch04_mfu_hfu.ipynb']").first.click()
             page.wait_for_selector(".lm-TabBar-tab:has-text('ch04_mfu_hfu.ipynb')", timeout=60_000)
             page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=60_000)
-            _wait_kernel_idle(page, 120)
+            jlab.wait_kernel_idle(page, 120)
             assert _dirty_tabs(page) == [], "chapter 4 opened already modified"
 
             # 3. Run All with the learner's parameters: no error output, the figure drawn, the last check passes
-            _run_all(page, RUN_ALL_TIMEOUT_S)
+            jlab.run_all(page, RUN_ALL_TIMEOUT_S, clear_first=True)
             panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
             page.screenshot(path=str(shots / "ch04_after_run_all.png"))
             errors = panel.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']")
