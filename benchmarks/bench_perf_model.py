@@ -2,16 +2,18 @@
 
     .venv/bin/python benchmarks/bench_perf_model.py [--models tiny small] [--ranks 1 2 4] [--steps 5]
 
-For each model size × {DDP, FSDP2} × rank count: calibrate this machine first (a 1-rank run per model
-gives the achieved FLOP/s per rank, one thread per rank; a gloo all-reduce sweep per rank count gives
-α and β), predict the step with labkit.perf's steptime functions (labkit.perf_validate.predict_step),
-then train the same config live on gloo ranks (warm-up steps, then the median of the measured steps)
-and print predicted vs measured with the relative error per cell. Goal (issue #15): within 15 % per
-cell — printed as met / NOT met, never asserted (the exit code is 0 unless a run fails).
+First calibrate this machine with runs that are never the ones predicted (labkit.perf_validate.calibrate):
+the compute rate of rank 0 while N ranks train the same model independently with no communication (the
+achievable rate at N ranks: sharing cores, memory bandwidth, caches), the data-parallel wrapper's own
+seconds per unit from 1-rank DDP / FSDP2 runs against a 1-rank plain run, and α–β from the p10 of a gloo
+all-reduce sweep per rank count. Then predict each model size × {DDP, FSDP2} × rank count with
+labkit.perf.steptime's functions, train the same config live (warm-up steps, then the median of the
+measured steps), and print the calibrated terms with their sources and a table: config, ranks, size,
+predicted parts, predicted, measured, error %, within 15 %?. The goal (issue #15) is printed, never
+asserted (the exit code is 0 unless a run fails).
 
-On a 2-core machine 4 ranks oversubscribe the cores: the prediction slows each rank's compute by
-ranks × threads / cores (the "oversub" column). Timings on a shared machine are noisy: the load average
-is printed before and after; read the table with it.
+Timings on a shared machine are noisy: the load average is printed before and after; read the table with
+it. About 2 minutes on an idle 2-core machine.
 """
 from __future__ import annotations
 

@@ -1,32 +1,40 @@
 """Validate the performance model against live gloo runs on this machine (issue #15).
 
-:mod:`labkit.perf` predicts a step from a compute rate per rank and an α–β link. For a GPU cluster
+`labkit.perf` predicts a step from a compute rate per rank and an α–β link. For a GPU cluster
 both come from catalogues (a datasheet peak × an assumed achievable fraction; NVLink and InfiniBand
-line rates). Here both are *measured* on the machine the CPU ranks run on, then fed to the same model:
+line rates). Here every input is *measured* on the machine the CPU ranks run on, by calibration runs
+that are never the runs being predicted (:func:`calibrate`):
 
-- **compute**: the achieved hardware FLOP/s of a 1-rank run of the same model and micro-batch
-  (``parallel="single"``, ``threads_per_rank`` threads — 1, as each of 2 ranks on 2 cores gets from
-  the launcher): the "achievable fraction" calibrated on this machine. It is model-size specific
-  (small matmuls reach less of the peak), so every model size is calibrated on its own.
-- **communication**: α and β of the ring model fitted to a live gloo all-reduce sweep on N ranks
-  (:func:`labkit.comm.benchmark`, :func:`labkit.comm.fit_alpha_beta`), one fit per rank count: on a
-  2-core machine 4 ranks share the cores, and the 4-rank fit sees that.
+- **compute at this concurrency**: the achieved hardware FLOP/s of rank 0 while N ranks train the same
+  model independently, with no communication (``parallel="single"``, one thread each) — the "achievable
+  rate at N ranks", as one measures a GPU's achievable rate instead of assuming it. It holds what
+  sharing the machine costs (cores when ranks exceed them, memory bandwidth, caches); 1 rank alone gives
+  the rate of the 1-rank cells. :func:`labkit.perf.steptime.concurrency_slowdown` is the ratio.
+- **the wrapper's own work**: a 1-rank DDP and a 1-rank FSDP2 run against the 1-rank plain run of the
+  same model give seconds per wrapped unit (DDP bucket, FSDP2 unit) and micro-batch
+  (:func:`labkit.perf.steptime.unit_overhead_s`): FSDP2's gathers, frees, copies and hooks that a plain
+  compute rate does not hold.
+- **communication**: α and β of the ring model fitted to a live gloo all-reduce sweep on N ranks, from
+  each size's p10 (the collective undisturbed, as ``benchmarks/bench_alpha_beta.py``); one fit per rank
+  count, so 4 ranks on 2 cores are fitted as they run.
 
-The step of DDP or FSDP2 on N ranks is then (:func:`predict_step`, all three from
-:mod:`labkit.perf.steptime`, the one home for step modelling)::
+The step of DDP or FSDP2 on N ranks is then (:func:`predict_step`, from :mod:`labkit.perf.steptime`)::
 
-    compute = compute_time(tokens, hardware FLOPs/token, rate per rank, N ranks) × oversubscription
-    comm    = data_parallel_comm_s(cfg, model, units, N, α–β; gloo: reduce-scatter = all-reduce)
-    step    = step_time(compute, comm, overlap=False)
+    compute  = compute_time(tokens, hardware FLOPs/token, rate of rank 0 with N ranks computing)
+    comm     = data_parallel_comm_s(cfg, model, units, N, α–β; gloo: reduce-scatter = all-reduce)
+    wrapper  = per-unit seconds × units × micro-batches × concurrency slowdown (CPU work on shared cores)
+    step     = compute + comm + wrapper
 
 Assumptions, printed with every table:
 
-- **oversubscription**: when ranks × threads per rank exceed the cores, the ranks time-share them and
-  each rank's compute slows by (ranks × threads) / cores (a fair share, no cost for switching);
 - **no overlap**: a rank's gloo thread needs a core too; with every core computing, communication does
   not hide under the backward pass (PLATFORM_NOTES: overlap gains are invisible on 2 cores);
-- the 1-rank run's optimizer step, data loading and Python overheads count as compute; FSDP2's and
-  DDP's own overheads (copies, hooks) are not in the rate — the 1-rank cells show how large they are.
+- the wrapper's per-unit cost measured on 1 rank holds on N ranks, slowed as compute is;
+- the 1-rank plain run's optimizer step, data loading and Python overheads count as compute;
+- the 1-rank DDP and FSDP2 cells repeat a calibration configuration (a separate run): they check
+  repeatability, not the model; the 2- and 4-rank cells are the model's test.
+- without a concurrent rate (:func:`predict_step` given a 1-rank rate), ranks × threads beyond the cores
+  slow compute by ranks × threads / cores (:func:`oversubscription`, a fair time-share).
 
 Why not :func:`labkit.perf.predict`: its :class:`~labkit.perf.Cluster` is a catalogued GPU with an
 HBM size, and its DP term is one all-reduce of all gradients (no per-bucket or per-unit latencies, no
@@ -45,10 +53,18 @@ import os
 from dataclasses import dataclass, field
 
 from labkit import checks
-from labkit.perf.steptime import compute_time, data_parallel_comm_s, step_time
+from labkit.perf.steptime import (
+    compute_time,
+    concurrency_slowdown,
+    data_parallel_comm_s,
+    step_time,
+    unit_overhead_s,
+    wrapper_overhead_s,
+)
 
-__all__ = ["PARALLELS", "oversubscription", "compute_rate", "StepPrediction", "predict_step",
-           "measure_compute_rate", "fit_gloo_link", "measure_steps", "Validation", "validate"]
+__all__ = ["PARALLELS", "oversubscription", "compute_rate", "StepPrediction", "predict_step", "wrapped_units",
+           "measure_compute_rate", "measure_concurrent_rates", "fit_gloo_link", "measure_steps", "Calibration",
+           "calibrate", "Validation", "validate"]
 
 #: The data-parallel strategies validated here (TrainConfig.parallel names: "fsdp" is FSDP2).
 PARALLELS = ("ddp", "fsdp")
@@ -101,6 +117,7 @@ class StepPrediction:
     beta_s_per_byte: float
     cores: int
     threads_per_rank: int
+    overhead_s: float = 0.0
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -116,15 +133,30 @@ def _meta_model(cfg):
         return GPT(cfg.model_config)
 
 
+def wrapped_units(cfg, params=None) -> int:
+    """Units the data-parallel wrapper of ``cfg`` handles per micro-batch: DDP gradient buckets (exact,
+    from the model's shapes) or FSDP2 units (one per block + the root). Taught in chapter 19 and chapter 20."""
+    checks.one_of("cfg.parallel", getattr(cfg, "parallel", None), PARALLELS)
+    if cfg.parallel == "fsdp":
+        return cfg.model_config.n_layers + 1
+    from labkit.memory.estimate import comm_buffer_bytes
+
+    model = _meta_model(cfg) if params is None else params
+    return len(comm_buffer_bytes(model, strategy="ddp", precision="fp32", bucket_cap_mb=cfg.bucket_cap_mb)
+               ["bucket_bytes"])
+
+
 def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int, threads_per_rank: int = 1,
-                 params=None) -> StepPrediction:
+                 params=None, concurrent_rate: bool = False, overhead_s: float = 0.0) -> StepPrediction:
     """Predict one optimizer step of ``cfg`` (parallel "ddp" or "fsdp" = FSDP2) on ``nranks`` gloo ranks.
 
-    ``flops_per_s``: achieved hardware FLOP/s of one rank (:func:`compute_rate` of a 1-rank run);
-    ``alpha_beta``: the link fitted on ``nranks`` ranks (:func:`fit_gloo_link`; None with 1 rank);
-    ``cores``: cores the ranks share; ``params``: the model or a parameter count (default: the GPT of
-    ``cfg`` on the meta device, for the exact DDP buckets). See the module docstring for the model and its
-    assumptions. Taught in chapter 5 (scaling), chapter 19 (DDP) and chapter 20 (FSDP).
+    ``flops_per_s``: achieved hardware FLOP/s of one rank — measured with ``nranks`` ranks computing at
+    once (``concurrent_rate=True``, :func:`measure_concurrent_rates`) or alone (then ranks × threads beyond
+    ``cores`` slow it by :func:`oversubscription`); ``alpha_beta``: the link fitted on ``nranks`` ranks
+    (:func:`fit_gloo_link`; None with 1 rank); ``overhead_s``: the wrapper's seconds per step
+    (:func:`labkit.perf.steptime.wrapper_overhead_s`); ``params``: the model or a parameter count (default:
+    the GPT of ``cfg`` on the meta device, for the exact DDP buckets). See the module docstring.
+    Taught in chapter 5 (scaling), chapter 19 (DDP) and chapter 20 (FSDP).
     """
     if not hasattr(cfg, "model_config") or not hasattr(cfg, "parallel"):
         raise checks.ArgumentTypeError(f"cfg must be a labkit.train.TrainConfig, got {type(cfg).__name__} "
@@ -132,13 +164,14 @@ def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int
     checks.one_of("cfg.parallel", cfg.parallel, PARALLELS)
     n = checks.count("nranks", nranks)
     rate = checks.positive("flops_per_s", flops_per_s)
+    extra = checks.nonneg("overhead_s", overhead_s)
     if n > 1 and alpha_beta is None:
         raise ValueError(f"alpha_beta=None is not valid with nranks={n}: give the link fitted on {n} ranks "
                          "(fit_gloo_link)")
     if alpha_beta is not None and getattr(alpha_beta, "nranks", n) != n:
         raise ValueError(f"alpha_beta was fitted on {alpha_beta.nranks} ranks, not nranks={n}: on shared cores "
                          "the link depends on the rank count, fit one per count")
-    over = oversubscription(n, cores, threads_per_rank)
+    over = 1.0 if checks.flag("concurrent_rate", concurrent_rate) else oversubscription(n, cores, threads_per_rank)
     from labkit import flops
 
     mcfg = cfg.model_config
@@ -150,9 +183,9 @@ def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int
     a = alpha_beta.alpha_s if alpha_beta is not None else 0.0
     b = alpha_beta.beta_s_per_byte if alpha_beta is not None else 0.0
     return StepPrediction(parallel=cfg.parallel, nranks=n, compute_s=compute, comm_s=comm,
-                          step_s=step_time(compute, comm, overlap=False), oversubscription=over,
+                          step_s=step_time(compute, comm, extra, overlap=False), oversubscription=over,
                           flops_per_s=rate, alpha_s=a, beta_s_per_byte=b, cores=checks.count("cores", cores),
-                          threads_per_rank=checks.count("threads_per_rank", threads_per_rank))
+                          threads_per_rank=checks.count("threads_per_rank", threads_per_rank), overhead_s=extra)
 
 
 # ----------------------------------------------------------------------------- live measurement
@@ -182,6 +215,40 @@ def measure_steps(cfgs, nranks: int, *, threads_per_rank: int = 1, timeout_s: fl
     return list(res.value)
 
 
+def _independent_cells(cfgs: list, extra_steps: int) -> list:
+    """What each rank runs for a concurrent-rate calibration: leave the process group (no communication at
+    all), then train each config alone; ranks other than 0 run ``extra_steps`` more so that rank 0 measures
+    every step with all ranks computing."""
+    import torch.distributed as dist
+
+    from labkit.train import train
+
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return [train(c if rank == 0 else c.replace(steps=c.steps + extra_steps)) for c in cfgs]
+
+
+def measure_concurrent_rates(cfgs, nranks: int, *, threads_per_rank: int = 1, timeout_s: float = 600) -> list:
+    """Achieved hardware FLOP/s of rank 0 for each of ``cfgs`` (``parallel="single"``) while ``nranks``
+    ranks train it at once, independently and without communication — the compute rate at this
+    concurrency (:func:`compute_rate` of rank 0's record). Taught in chapter 5 and chapter 24."""
+    cfgs = list(cfgs)
+    if not cfgs or any(getattr(c, "parallel", None) != "single" for c in cfgs):
+        raise ValueError("measure_concurrent_rates needs TrainConfigs with parallel='single', got "
+                         f"{[getattr(c, 'parallel', c) for c in cfgs]}")
+    n = checks.count("nranks", nranks)
+    t = checks.count("threads_per_rank", threads_per_rank)
+    if n == 1:
+        return [compute_rate(r) for r in measure_steps(cfgs, 1, threads_per_rank=t, timeout_s=timeout_s)]
+    from labkit.launcher.parent import launch
+
+    res = launch(_independent_cells, n, args=(cfgs, 2), env={"OMP_NUM_THREADS": str(t)}, timeout_s=timeout_s,
+                 stream=False)
+    return [compute_rate(r) for r in res.value]
+
+
 def measure_compute_rate(cfg, *, threads_per_rank: int = 1, timeout_s: float = 600) -> tuple[float, object]:
     """(achieved hardware FLOP/s per rank, the record) of ``cfg`` trained alone on 1 rank with
     ``threads_per_rank`` threads — the compute input of :func:`predict_step`. Taught in chapter 5."""
@@ -190,12 +257,12 @@ def measure_compute_rate(cfg, *, threads_per_rank: int = 1, timeout_s: float = 6
     return compute_rate(rec), rec
 
 
-def fit_gloo_link(nranks: int, *, sizes=None, iters: int = 5, stat: str = "median", timeout_s: float = 300):
+def fit_gloo_link(nranks: int, *, sizes=None, iters: int = 5, stat: str = "p10", timeout_s: float = 300):
     """α and β (:class:`labkit.comm.AlphaBeta`) of an all-reduce sweep on ``nranks`` gloo ranks.
 
     ``sizes`` in bytes (default 64 KiB … 16 MiB, ×4: the tiny and small GPTs' buckets and FSDP units);
-    ``stat``: the per-size time fitted, "median" (what a training step meets) or "p10" (the collective
-    undisturbed). Taught in chapter 19 (DDP) and chapter 11 (α–β fits).
+    ``stat``: the per-size time fitted, "p10" (the collective undisturbed; default, as
+    ``benchmarks/bench_alpha_beta.py``) or "median". Taught in chapter 19 (DDP) and chapter 11 (α–β fits).
     """
     from labkit import comm
 
@@ -208,48 +275,118 @@ def fit_gloo_link(nranks: int, *, sizes=None, iters: int = 5, stat: str = "media
 
 
 @dataclass
-class Validation:
-    """Predicted vs measured steps: ``table`` (one row per model × strategy × ranks), the compute rate
-    per model, the link per rank count, cores, the target and the assumptions. Taught in chapter 24."""
+class Calibration:
+    """This machine's measured inputs: ``rates[(model, n)]`` FLOP/s of rank 0 with n ranks computing,
+    ``unit_s[(model, parallel)]`` wrapper seconds per unit and micro-batch, ``units[(model, parallel)]``,
+    ``links[n]`` (α–β), ``steps[(model, parallel)]`` the 1-rank median steps they came from, ``sources``
+    (how each term was measured). Taught in chapter 24 (calibrating a model before trusting it)."""
 
-    table: object
     rates: dict
+    unit_s: dict
+    units: dict
     links: dict
+    steps: dict
     cores: int
     threads_per_rank: int
+    sources: list = field(default_factory=list)
+
+    def slowdown(self, model: str, n: int) -> float:
+        return concurrency_slowdown(self.rates[(model, 1)], self.rates[(model, n)])
+
+    def predict(self, cfg, n: int) -> StepPrediction:
+        """The step of ``cfg`` (label = its model name) on ``n`` ranks from these measured inputs."""
+        m, p = cfg.model, cfg.parallel
+        extra = wrapper_overhead_s(self.unit_s[(m, p)], self.units[(m, p)], cfg.accum, self.slowdown(m, n))
+        return predict_step(cfg, n, flops_per_s=self.rates[(m, n)], alpha_beta=self.links.get(n), cores=self.cores,
+                            threads_per_rank=self.threads_per_rank, concurrent_rate=True, overhead_s=extra)
+
+    def format(self) -> str:
+        out = [f"calibrated on this machine ({self.cores} cores, {self.threads_per_rank} thread(s) per rank):"]
+        for (m, n), r in sorted(self.rates.items()):
+            out.append(f"  compute {m}, {n} rank(s) computing: {r / 1e9:.1f} GFLOP/s per rank "
+                       f"(slowdown x{self.slowdown(m, n):.2f} vs alone)")
+        for (m, p), u in sorted(self.unit_s.items()):
+            out.append(f"  wrapper {m} {p}: {u * 1e3:.2f} ms per unit x {self.units[(m, p)]} units "
+                       f"(1-rank {p} {self.steps[(m, p)] * 1e3:.1f} ms vs plain {self.steps[(m, 'single')] * 1e3:.1f} ms)")
+        out += [f"  link on {n} ranks: alpha {ab.alpha_s * 1e6:.1f} us/step, beta {ab.beta_s_per_byte * 1e9:.3f} ns/B "
+                f"({ab.bandwidth / 1e9:.2f} GB/s)" for n, ab in sorted(self.links.items())]
+        return "\n".join(out + ["sources:", *(f"  - {x}" for x in self.sources)])
+
+
+def calibrate(cfgs: dict, counts, parallels=PARALLELS, *, threads_per_rank: int = 1, link_iters: int = 5,
+              link_stat: str = "p10", timeout_s: float = 900, say=lambda line: None) -> Calibration:
+    """Measure this machine's inputs for ``cfgs`` ({model: TrainConfig}) on each rank count in ``counts``:
+    one 1-rank launch (plain, then each wrapper, per model), one launch of n independent plain ranks per
+    n > 1, one all-reduce fit per n > 1. None of these runs is a run :func:`validate` predicts.
+    Taught in chapter 24."""
+    from labkit.launcher.parent import cores_available
+
+    models, counts = list(cfgs), sorted(set(counts))
+    say(f"calibrating: 1 rank, plain + {', '.join(parallels)} for {models}")
+    runs = [(m, p) for p in ("single", *parallels) for m in models]
+    recs = measure_steps([cfgs[m].replace(parallel=p, label=f"{m} {p} calibration") for m, p in runs], 1,
+                         threads_per_rank=threads_per_rank, timeout_s=timeout_s)
+    steps = {k: r.step_time.median for k, r in zip(runs, recs, strict=True)}
+    rates = {(m, 1): compute_rate(r) for (m, p), r in zip(runs, recs, strict=True) if p == "single"}
+    units = {(m, p): wrapped_units(cfgs[m].replace(parallel=p)) for m in models for p in parallels}
+    unit_s = {(m, p): unit_overhead_s(steps[(m, p)], steps[(m, "single")], units[(m, p)], cfgs[m].accum)
+              for m in models for p in parallels}
+    links = {}
+    for n in (n for n in counts if n > 1):
+        say(f"calibrating: {n} independent plain ranks computing at once, no communication")
+        single = [cfgs[m].replace(parallel="single", label=f"{m} x{n} concurrent calibration") for m in models]
+        rates.update({(m, n): r for m, r in zip(models, measure_concurrent_rates(
+            single, n, threads_per_rank=threads_per_rank, timeout_s=timeout_s), strict=True)})
+        say(f"calibrating: alpha-beta from a gloo all-reduce sweep on {n} ranks ({link_stat})")
+        links[n] = fit_gloo_link(n, iters=link_iters, stat=link_stat)
+    sources = [
+        "compute: hardware FLOP/s of rank 0 while n ranks train the same model with parallel='single' and no "
+        "communication (n = 1: alone); its own launch, not a validated run",
+        "wrapper: (1-rank DDP or FSDP2 median step - 1-rank plain median step) / (units x micro-batches), >= 0; "
+        "DDP units = gradient buckets, FSDP2 units = blocks + root; scaled by the compute slowdown at n ranks",
+        f"link: ring alpha-beta fitted to the {link_stat} of a gloo all-reduce sweep per rank count "
+        "(64 KiB-16 MiB)"]
+    return Calibration(rates=rates, unit_s=unit_s, units=units, links=links, steps=steps,
+                       cores=cores_available(), threads_per_rank=threads_per_rank, sources=sources)
+
+
+@dataclass
+class Validation:
+    """Predicted vs measured steps: ``table`` (one row per model × strategy × ranks), the
+    :class:`Calibration` it was predicted from, the target and the assumptions. Taught in chapter 24."""
+
+    table: object
+    calibration: Calibration
     target: float
     assumptions: list = field(default_factory=list)
 
     def format(self) -> str:
-        out = [f"this machine: {self.cores} cores, {self.threads_per_rank} thread(s) per rank"]
-        out += [f"compute rate ({m}, 1-rank run): {r / 1e9:.1f} GFLOP/s per rank" for m, r in self.rates.items()]
-        out += [f"link on {n} ranks: alpha {ab.alpha_s * 1e6:.1f} us/step, beta {ab.beta_s_per_byte * 1e9:.3f} ns/B "
-                f"({ab.bandwidth / 1e9:.2f} GB/s)" for n, ab in sorted(self.links.items())]
-        cols = ["model", "parallel", "ranks", "oversub", "pred_compute_ms", "pred_comm_ms", "pred_step_ms",
-                "meas_step_ms", "meas_p10_ms", "meas_p90_ms", "error"]
-        t = self.table[cols].copy()
+        cols = {"parallel": "config", "ranks": "ranks", "model": "size", "pred_compute_ms": "compute",
+                "pred_comm_ms": "comm", "pred_wrapper_ms": "wrapper", "pred_step_ms": "predicted ms",
+                "meas_step_ms": "measured ms"}
+        t = self.table[list(cols)].rename(columns=cols)
+        t["config"] = [{"ddp": "DDP", "fsdp": "FSDP2"}[p] for p in self.table["parallel"]]
         t["error"] = [f"{e:+.1%}" for e in self.table["error"]]
-        t[f"<={self.target:.0%}"] = ["met" if ok else "NOT met" for ok in self.table["met"]]
-        t["oversub"] = [f"x{o:g}" for o in self.table["oversub"]]
-        out.append(t.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+        t[f"within {self.target:.0%}?"] = ["yes" if ok else "NO" for ok in self.table["met"]]
         met = int(self.table["met"].sum())
-        out.append(f"within {self.target:.0%}: {met} of {len(self.table)} cells")
-        out += ["assumptions:", *(f"  - {a}" for a in self.assumptions)]
-        return "\n".join(out)
+        return "\n".join([self.calibration.format(), "predicted vs measured (ms per optimizer step; compute, comm "
+                          "and wrapper are the predicted parts):", t.to_string(index=False, float_format=lambda v:
+                                                                              f"{v:.1f}"),
+                          f"within {self.target:.0%}: {met} of {len(self.table)} cells",
+                          "assumptions:", *(f"  - {a}" for a in self.assumptions)])
 
 
 def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *, micro_batch: dict | None = None,
              steps: int = 7, warmup_steps: int = 2, threads_per_rank: int = 1, target: float = 0.15,
              link_iters: int = 5, timeout_s: float = 900, progress=None) -> Validation:
-    """Calibrate this machine (a 1-rank run per model, an all-reduce fit per rank count), predict every
-    model × strategy × rank-count step with :func:`predict_step`, then train each live on gloo ranks and
-    compare with the median measured step. ``micro_batch``: {model: sequences per rank} (default 8 for
-    "tiny", 4 for "small"); ``progress``: a callable given one line per stage (e.g. ``print``).
+    """Calibrate this machine (:func:`calibrate`), predict every model × strategy × rank-count step from
+    the calibration, then train each live on gloo ranks and compare with the median measured step.
+    ``micro_batch``: {model: sequences per rank} (default 8 for "tiny", 4 for "small"); ``progress``: a
+    callable given one line per stage (e.g. ``print``).
     Taught in chapter 24 (how far to trust a model), chapter 5, chapter 19 and chapter 20.
     """
     import pandas as pd
 
-    from labkit.launcher.parent import cores_available
     from labkit.model_config import SIZES
     from labkit.train import TrainConfig
 
@@ -262,20 +399,12 @@ def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *,
     checks.count("steps", steps, at_least=warmup_steps + 1)
     target = checks.fraction("target", target, open_low=True)
     mb = {**_MICRO_BATCH, **(micro_batch or {})}
-    cores = cores_available()
     cfgs = {m: TrainConfig(model=m, micro_batch=checks.count(f"micro_batch[{m}]", mb.get(m, 4)), steps=steps,
                            warmup_steps=warmup_steps, dtype="fp32", device="cpu", label=m) for m in models}
-    say(f"calibrating compute: 1 rank, {threads_per_rank} thread(s), models {models}")
-    recs = measure_steps([c.replace(parallel="single") for c in cfgs.values()], 1,
-                         threads_per_rank=threads_per_rank, timeout_s=timeout_s)
-    rates = {m: compute_rate(r) for m, r in zip(models, recs, strict=True)}
-    links = {}
-    for n in (n for n in counts if n > 1):
-        say(f"fitting alpha-beta: all-reduce sweep on {n} gloo ranks")
-        links[n] = fit_gloo_link(n, iters=link_iters)
-    preds = {(m, p, n): predict_step(cfgs[m].replace(parallel=p), n, flops_per_s=rates[m], alpha_beta=links.get(n),
-                                     cores=cores, threads_per_rank=threads_per_rank)
-             for m in models for p in parallels for n in counts}
+    cal = calibrate(cfgs, counts, parallels, threads_per_rank=threads_per_rank, link_iters=link_iters,
+                    timeout_s=timeout_s, say=say)
+    preds = {(m, p, n): cal.predict(cfgs[m].replace(parallel=p), n) for m in models for p in parallels
+             for n in counts}
     rows = []
     for n in counts:
         say(f"measuring: {len(models) * len(parallels)} runs on {n} rank(s)")
@@ -285,20 +414,19 @@ def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *,
         for (m, p), rec in zip(cells, measured, strict=True):
             pr, st = preds[(m, p, n)], rec.step_time
             err = pr.step_s / st.median - 1
-            rows.append({"model": m, "parallel": p, "ranks": n, "oversub": pr.oversubscription,
-                         "pred_compute_ms": pr.compute_s * 1e3, "pred_comm_ms": pr.comm_s * 1e3,
+            rows.append({"model": m, "parallel": p, "ranks": n, "pred_compute_ms": pr.compute_s * 1e3,
+                         "pred_comm_ms": pr.comm_s * 1e3, "pred_wrapper_ms": pr.overhead_s * 1e3,
                          "pred_step_ms": pr.step_s * 1e3, "meas_step_ms": st.median * 1e3,
                          "meas_p10_ms": st.p10 * 1e3, "meas_p90_ms": st.p90 * 1e3, "meas_steps": st.n,
                          "error": err, "met": abs(err) <= target})
     assumptions = [
-        f"compute: hardware FLOP/s per rank from a 1-rank 'single' run of the same model and micro-batch "
-        f"({', '.join(f'{m}: {mb.get(m, 4)}' for m in models)} sequences), {threads_per_rank} thread(s) per rank",
-        f"oversubscription: ranks x threads > {cores} cores slows each rank's compute by ranks x threads / cores",
-        "communication: ring alpha-beta fitted per rank count on a gloo all-reduce sweep (median per size); DDP: "
-        "one all-reduce per bucket; FSDP2: per block + root unit an all-gather in forward and in backward "
+        f"micro-batch per rank {', '.join(f'{m}: {mb.get(m, 4)}' for m in models)} sequences, fp32, "
+        f"{threads_per_rank} thread(s) per rank, {cal.cores} cores",
+        "no overlap: step = compute + communication + wrapper (a rank's gloo thread needs a core the compute "
+        "holds); DDP: one all-reduce per bucket; FSDP2: per unit an all-gather in forward and in backward "
         "(reshard_after_forward) and a reduce-scatter priced as an all-reduce (gloo has none)",
-        "no overlap: step = compute + communication (a rank's gloo thread needs a core the compute holds)",
-        f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {cores} cores",
+        "the 1-rank DDP/FSDP2 cells repeat a calibration configuration in a separate run (repeatability); "
+        "the 2- and 4-rank cells test the model",
+        f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {cal.cores} cores",
     ]
-    return Validation(table=pd.DataFrame(rows), rates=rates, links=links, cores=cores,
-                      threads_per_rank=threads_per_rank, target=target, assumptions=assumptions)
+    return Validation(table=pd.DataFrame(rows), calibration=cal, target=target, assumptions=assumptions)

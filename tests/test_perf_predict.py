@@ -15,8 +15,6 @@ from labkit.flops import ModelShape
 from labkit.perf import CLUSTERS, Layout, cluster, predict
 from labkit.perf.predict import TERMS
 
-LLAMA_13B = ModelShape(n_layers=40, d_model=5120, n_heads=40, d_ff=13824, vocab_size=32000, seq_len=2048,
-                       ffn="swiglu", tied_embeddings=False, norm="rmsnorm", pos_emb="rope", name="llama-13b")
 BERT_LARGE = ModelShape(n_layers=24, d_model=1024, n_heads=16, vocab_size=30522, seq_len=512, bias=True,
                         name="bert-large")
 
@@ -159,28 +157,35 @@ def test_bert_large_case_rebuilt_by_predict(capsys):
 
 # ---------------------------------------------------- chapter 29: 13B on 64 -> 128 A100 over 25 Gb/s Ethernet
 def test_13b_over_25gbe_pure_dp_collapses_and_tp_pp_accumulation_recovers(capsys):
-    """Syllabus ch. 29: 3.6k tokens/s/GPU expected, 2.1k measured on 128 GPUs (58% scaling efficiency);
-    the fix (TP+PP, accumulation, loader prefetch) 3.3k (92%). LLaMA 13B (Touvron et al. 2023, 4M-token
-    batches = 2048 × 2048). Pure DP is ZeRO-2 (DDP's 16 bytes/parameter do not fit 80 GB)."""
-    c64, c128 = cluster("a100-25gbe"), cluster("a100-25gbe", nodes=16)
-    dp = dict(strategy="zero2", micro_batch=4)
-    d64 = predict(LLAMA_13B, Layout(dp=64, **dp), c64, global_batch=2048)
-    d128 = predict(LLAMA_13B, Layout(dp=128, **dp), c128, global_batch=2048)
-    fix = predict(LLAMA_13B, Layout(dp=32, tp=2, pp=2, strategy="zero1", sequence_parallel=True), c128,
-                  global_batch=8192)                    # TP inside the node, PP, 4x accumulation per step
+    """Syllabus ch. 29: per GPU 3.6k expected, 2.1k measured on 128 GPUs (58%), 3.3k after the fix (TP+PP,
+    accumulation, loader prefetch; 92%). The model (labkit.cases.thirteen_b().modelled: LLaMA-13B, 2048 ×
+    2048-token batches, pure DP = ZeRO-2, the fix = TP2 × PP2 × DP32 with 4× accumulation) gives the
+    direction; the magnitudes and the gap are the case's ⚠ f, asserted here as the model's figures."""
+    from labkit.cases import thirteen_b, warnings_markdown
+
+    case = thirteen_b()
+    d64, d128, fix = case.modelled().values()
+    g = case.modelled_gap()
     with capsys.disabled():
         for name, p in (("pure DP, 64", d64), ("pure DP, 128", d128), ("TP2+PP2+4x accum, 128", fix)):
             print(f"\n13B {name:>22} GPUs: {p.tokens_per_s:>9,.0f} tokens/s aggregate, {p.tokens_per_s_per_gpu:>6,.0f} "
-                  f"tokens/s per GPU, efficiency {p.efficiency:.0%} (published: 58% pure DP at 128, 92% fixed)",
-                  end="")
+                  f"per GPU = {p.tokens_per_s_per_gpu / d64.tokens_per_s_per_gpu:.0%} of the 64-GPU rate, "
+                  f"{p.efficiency:.0%} of compute alone (published: 58% pure DP at 128, 92% fixed)", end="")
         print()
-    assert d128.tokens_per_s > d64.tokens_per_s                       # aggregate still grows ...
-    assert d128.tokens_per_s_per_gpu < 0.85 * d64.tokens_per_s_per_gpu  # ... but per GPU it falls
-    assert d128.efficiency == pytest.approx(0.58, abs=0.10)           # the case's collapse
+    # the model's figures (deterministic arithmetic of labkit.perf, not timings)
+    assert [round(x) for x in g["per_gpu"]] == pytest.approx([1414, 1087, 1427], abs=15)
+    assert g["vs_64"] == pytest.approx([0.77, 1.01], abs=0.01) and g["vs_compute"] == pytest.approx([0.57, 0.75], abs=0.01)
+    # direction: aggregate still grows 64 -> 128, per GPU it collapses; the fix recovers per GPU
+    assert d128.tokens_per_s > d64.tokens_per_s and d128.tokens_per_s_per_gpu < 0.85 * d64.tokens_per_s_per_gpu
     assert d128.exposed_s["dp"] > d128.compute_s * 0.5                # decided by the 25 Gb/s all-reduce
-    assert fix.tokens_per_s_per_gpu > 1.3 * d128.tokens_per_s_per_gpu  # recovery, per GPU
-    assert fix.efficiency > d128.efficiency + 0.15
+    assert fix.tokens_per_s_per_gpu > 1.3 * d128.tokens_per_s_per_gpu and fix.efficiency > d128.efficiency + 0.15
     assert "inside a node" in " ".join(fix.assumptions)
+    # the gap, stated by the ⚠: 58% needs time outside compute+comm; 92% of compute alone needs hidden traffic
+    need, have = g["step_128"]
+    comp, allow, link, _ = g["fix"]
+    assert need - have > 5 and link > allow + 10
+    md = warnings_markdown(case, "f")
+    assert f"{need - have:.1f} s short" in md and f"{link:.1f} s of the 25 Gb/s ports" in md and "77% → 101%" in md
 
 
 # -------------------------------------------------------- Megatron-LM SC21 (Narayanan et al. 2021), Table 1
@@ -189,14 +194,26 @@ def _gpt(L, h, a):
     return ModelShape(n_layers=L, d_model=h, n_heads=a, vocab_size=51200, seq_len=2048, bias=True, name=f"gpt-{h}")
 
 
-# (name, shape, t, p, GPUs, batch, published % of peak): Narayanan et al. 2021, Table 1, as recalled from the
-# paper (the exact table could not be fetched here; the shapes are corroborated by the BigScience notes).
-SC21 = [("1.7B", _gpt(24, 2304, 24), 1, 1, 32, 512, 44), ("18.4B", _gpt(40, 6144, 48), 8, 1, 256, 1024, 43),
-        ("145.6B", _gpt(80, 12288, 96), 8, 8, 1536, 2304, 47), ("1T", _gpt(128, 25600, 160), 8, 64, 3072, 3072, 52)]
+# (name, shape (layers, hidden, heads), t, p, GPUs, batch, published TFLOP/s per GPU, published % of peak):
+# Narayanan et al. 2021 (arXiv 2104.04473), Table 1. Checked against the abstract (1T: 3072 GPUs, 502
+# petaFLOP/s, 52% of peak) and three independent public transcriptions of the full table that agree on
+# every cell used here (GitHub files found by exact-string search, e.g. "| 145.6 | 96 | 12288 | 80 | 8 | 8 |
+# 1536 | 2304 | 148 | 47% | 227.1 |"); the paper's PDF itself was not reachable from this machine.
+SC21 = [("1.7B", _gpt(24, 2304, 24), 1, 1, 32, 512, 137, 44), ("18.4B", _gpt(40, 6144, 48), 8, 1, 256, 1024, 135, 43),
+        ("145.6B", _gpt(80, 12288, 96), 8, 8, 1536, 2304, 148, 47),
+        ("1T", _gpt(128, 25600, 160), 8, 64, 3072, 3072, 163, 52)]
 
 
-@pytest.mark.parametrize("name, shape, t, p, n, B, published", SC21, ids=[r[0] for r in SC21])
-def test_megatron_sc21_table1_within_10_points(name, shape, t, p, n, B, published, capsys):
+def test_sc21_rows_are_self_consistent():
+    """The transcribed rows agree with themselves: % of peak = TFLOP/s ÷ 312 (A100 fp16 dense), and the
+    shapes give Table 1's parameter counts to its one decimal (1.7, 18.4, 145.6, 1008.0 billion)."""
+    for (name, shape, *_, tflops, pct), billions in zip(SC21, (1.7, 18.4, 145.6, 1008.0), strict=True):
+        assert round(tflops / 312 * 100) == pct, name
+        assert round(flops.n_params(shape) / 1e9, 1) == billions, name
+
+
+@pytest.mark.parametrize("name, shape, t, p, n, B, tflops, published", SC21, ids=[r[0] for r in SC21])
+def test_megatron_sc21_table1_within_10_points(name, shape, t, p, n, B, tflops, published, capsys):
     """SC21's "% of peak" counts recomputation (eq. 3, the factor 4 of full activation recomputation), so it
     is compared with predicted HFU under the "megatron" FLOP convention. Assumptions that move it: 50% of
     the fp16 peak achievable; micro-batch 1; 1F1B without interleaving; no sequence parallelism or flash
@@ -204,7 +221,8 @@ def test_megatron_sc21_table1_within_10_points(name, shape, t, p, n, B, publishe
     lay = Layout(dp=n // (t * p), tp=t, pp=p, recompute="full", dtype="fp16", flash_attention=False)
     pr = predict(shape, lay, cluster("dgx-a100", nodes=n // 8), global_batch=B, method="megatron")
     with capsys.disabled():
-        print(f"\nSC21 {name:>6}: predicted HFU {pr.hfu:.1%} (MFU {pr.mfu:.1%}) vs published {published}% of peak; "
+        print(f"\nSC21 {name:>6}: predicted HFU {pr.hfu:.1%} (MFU {pr.mfu:.1%}) vs published {published}% of peak "
+              f"({pr.hfu * 312:.0f} vs {tflops} TFLOP/s per GPU); "
               f"bubble {pr.bubble_s / pr.step_s:.1%}, TP {pr.exposed_s.get('tp', 0) / pr.step_s:.1%}, "
               f"{pr.memory['total'] / 2**30:.0f} GiB", end="")
     assert abs(pr.hfu * 100 - published) <= 10

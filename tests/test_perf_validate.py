@@ -1,16 +1,17 @@
 """labkit.perf_validate: the performance model fed with this machine's measured compute and link.
 
-The arithmetic is checked with fakes (a fake record, a fixed α–β, a parameter count); one slow test runs
-the whole machinery on real gloo ranks and checks only that it produces figures — never a timing.
+The arithmetic is checked with fakes (a fake record, a fixed α–β, a parameter count, a Calibration of
+fixed numbers, launches replaced by fakes); one slow test runs the whole machinery on real gloo ranks and
+checks only that it produces figures — never a timing.
 """
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 
 from labkit import flops
 from labkit import perf_validate as pv
 from labkit.comm.models import AlphaBeta
+from labkit.perf import steptime
 from labkit.train import TrainConfig
 
 P = 1_000_000          # parameters (a count: no meta model needed)
@@ -126,27 +127,112 @@ def test_validate_and_measure_reject_bad_requests_before_launching():
         pv.fit_gloo_link(1)
 
 
-def test_validation_format_says_met_or_not_per_cell():
-    table = pd.DataFrame([
-        {"model": "tiny", "parallel": "ddp", "ranks": 2, "oversub": 1.0, "pred_compute_ms": 80.0,
-         "pred_comm_ms": 5.0, "pred_step_ms": 85.0, "meas_step_ms": 90.0, "meas_p10_ms": 88.0,
-         "meas_p90_ms": 95.0, "meas_steps": 5, "error": 85 / 90 - 1, "met": True},
-        {"model": "tiny", "parallel": "fsdp", "ranks": 4, "oversub": 2.0, "pred_compute_ms": 160.0,
-         "pred_comm_ms": 10.0, "pred_step_ms": 170.0, "meas_step_ms": 300.0, "meas_p10_ms": 280.0,
-         "meas_p90_ms": 320.0, "meas_steps": 5, "error": 170 / 300 - 1, "met": False}])
-    v = pv.Validation(table=table, rates={"tiny": 20e9}, links={2: _link(2)}, cores=2, threads_per_rank=1,
-                      target=0.15, assumptions=["an assumption"])
+def _cal(**kw):
+    """A Calibration from fixed numbers (no runs): tiny at 20 GFLOP/s alone, 10 with 2 ranks computing."""
+    base = dict(rates={("tiny", 1): 20e9, ("tiny", 2): 10e9}, unit_s={("tiny", "fsdp"): 2e-3, ("tiny", "ddp"): 0.0},
+                units={("tiny", "fsdp"): 3, ("tiny", "ddp"): 1}, links={2: _link(2)},
+                steps={("tiny", "single"): 0.1, ("tiny", "fsdp"): 0.106, ("tiny", "ddp"): 0.1}, cores=2,
+                threads_per_rank=1, sources=["a source"])
+    return pv.Calibration(**{**base, **kw})
+
+
+def test_concurrency_slowdown_and_wrapper_terms():
+    assert steptime.concurrency_slowdown(20e9, 10e9) == pytest.approx(2.0)
+    assert steptime.concurrency_slowdown(20e9, 25e9) == pytest.approx(0.8)        # a measurement, not clamped
+    assert steptime.unit_overhead_s(0.13, 0.10, 3) == pytest.approx(0.01)
+    assert steptime.unit_overhead_s(0.13, 0.10, 3, micro_batches=2) == pytest.approx(0.005)
+    assert steptime.unit_overhead_s(0.099, 0.10, 3) == 0.0                          # faster wrapped run: noise
+    assert steptime.wrapper_overhead_s(0.01, 3, 2, slowdown=1.5) == pytest.approx(0.09)
+    with pytest.raises(ValueError, match="rate_concurrent=0"):
+        steptime.concurrency_slowdown(1e9, 0)
+    with pytest.raises(ValueError, match="n_units=0"):
+        steptime.unit_overhead_s(0.2, 0.1, 0)
+    with pytest.raises(ValueError, match="slowdown=0"):
+        steptime.wrapper_overhead_s(0.01, 3, slowdown=0)
+
+
+def test_a_concurrent_rate_is_not_slowed_again_and_the_wrapper_adds_on():
+    cfg, rate = _cfg("ddp", bucket_cap_mb=1000.0), 10e9
+    over = pv.predict_step(cfg, 4, flops_per_s=rate, alpha_beta=_link(4), cores=2, params=P)
+    conc = pv.predict_step(cfg, 4, flops_per_s=rate, alpha_beta=_link(4), cores=2, params=P, concurrent_rate=True,
+                           overhead_s=0.03)
+    assert over.oversubscription == 2.0 and conc.oversubscription == 1.0
+    assert conc.compute_s == pytest.approx(over.compute_s / 2) and conc.comm_s == pytest.approx(over.comm_s)
+    assert conc.step_s == pytest.approx(conc.compute_s + conc.comm_s + 0.03) and conc.overhead_s == 0.03
+    with pytest.raises(ValueError, match="overhead_s=-1"):
+        pv.predict_step(cfg, 1, flops_per_s=rate, alpha_beta=None, cores=2, overhead_s=-1)
+
+
+def test_wrapped_units_are_fsdp_units_or_ddp_buckets():
+    assert pv.wrapped_units(_cfg("fsdp")) == _cfg().model_config.n_layers + 1
+    assert pv.wrapped_units(_cfg("ddp", bucket_cap_mb=1000.0), params=P) == 1
+    assert pv.wrapped_units(_cfg("ddp", bucket_cap_mb=1.0), params=P) == 4           # 4 MB of fp32 in 1 MB buckets
+    with pytest.raises(ValueError, match="cfg.parallel='single'"):
+        pv.wrapped_units(_cfg("single"))
+
+
+def test_calibration_predicts_from_its_measured_terms():
+    cal, cfg = _cal(), _cfg("fsdp")
+    p1, p2 = cal.predict(cfg, 1), cal.predict(cfg, 2)
+    assert cal.slowdown("tiny", 2) == pytest.approx(2.0)
+    assert p1.compute_s == pytest.approx(_compute(cfg, 1, 20e9)) and p1.comm_s == 0.0
+    assert p1.overhead_s == pytest.approx(2e-3 * 3)                                  # per unit × units × 1
+    assert p2.compute_s == pytest.approx(_compute(cfg, 2, 10e9)) and p2.oversubscription == 1.0
+    assert p2.overhead_s == pytest.approx(2e-3 * 3 * 2.0)                             # slowed like compute
+    assert p2.step_s == pytest.approx(p2.compute_s + p2.comm_s + p2.overhead_s)
+    text = cal.format()
+    assert "slowdown x2.00" in text and "2.00 ms per unit x 3 units" in text and "a source" in text
+
+
+def test_calibrate_and_validate_never_predict_from_the_runs_they_check(monkeypatch):
+    """With the launches replaced by fakes: calibration runs are their own (plain / 1-rank wrapped /
+    concurrent plain, labelled 'calibration'), the validated runs are others, and each prediction is the
+    calibration's arithmetic."""
+    launched = []
+
+    def rec(cfg, n, step):
+        mc = cfg.model_config
+        return SimpleNamespace(step_time=SimpleNamespace(median=step, p10=step, p90=step, n=3),
+                               tokens_per_step=cfg.micro_batch * mc.seq_len * n,
+                               hardware_flops_per_token=flops.hardware_flops_per_token(mc.shape()), n_devices=n)
+
+    def fake_steps(cfgs, n, **kw):
+        launched.append([(c.label, c.parallel, n) for c in cfgs])
+        return [rec(c, n, {"single": 0.1, "ddp": 0.1, "fsdp": 0.13}[c.parallel] * (1.5 if n > 1 else 1)) for c in cfgs]
+
+    def fake_concurrent(cfgs, n, **kw):
+        launched.append([(c.label, c.parallel, n) for c in cfgs])
+        return [pv.compute_rate(rec(c, 1, 0.1)) / 1.5 for c in cfgs]
+
+    monkeypatch.setattr(pv, "measure_steps", fake_steps)
+    monkeypatch.setattr(pv, "measure_concurrent_rates", fake_concurrent)
+    monkeypatch.setattr(pv, "fit_gloo_link", lambda n, **kw: _link(n))
+    v = pv.validate(models=("tiny",), nranks=(1, 2), micro_batch={"tiny": 2}, steps=3, warmup_steps=1)
+    calib, validated = [x for x in launched if "calibration" in x[0][0]], [x for x in launched if "calibration" not in x[0][0]]
+    assert [c[1] for c in calib[0]] == ["single", "ddp", "fsdp"] and calib[1] == [("tiny x2 concurrent calibration",
+                                                                                    "single", 2)]
+    assert all(p != "single" for run in validated for _, p, _ in run) and len(validated) == 2
+    cal = v.calibration
+    assert cal.unit_s[("tiny", "fsdp")] == pytest.approx(0.03 / 3) and cal.unit_s[("tiny", "ddp")] == 0.0
+    assert cal.slowdown("tiny", 2) == pytest.approx(1.5)
+    row = v.table.set_index(["parallel", "ranks"]).loc[("fsdp", 2)]
+    assert row["pred_step_ms"] == pytest.approx(cal.predict(_cfg_like("fsdp"), 2).step_s * 1e3)
+    assert row["pred_wrapper_ms"] == pytest.approx(0.03 * 1.5 * 1e3)
     text = v.format()
-    assert "met" in text and "NOT met" in text and "x2" in text and "-43.3%" in text
-    assert "20.0 GFLOP/s" in text and "alpha 100.0 us/step" in text and "1 of 2 cells" in text
+    assert "predicted ms" in text and "within 15%?" in text and "FSDP2" in text and "repeat a calibration" in text
+
+
+def _cfg_like(parallel):
+    return TrainConfig(model="tiny", micro_batch=2, steps=3, warmup_steps=1, dtype="fp32", device="cpu",
+                       parallel=parallel, label="tiny")
 
 
 @pytest.mark.slow   # three launches of real gloo ranks: ≈ 15 s idle, a minute on a busy 2-core machine
 def test_validate_end_to_end_on_two_gloo_ranks():
     v = pv.validate(models=("tiny",), parallels=("ddp",), nranks=(2,), micro_batch={"tiny": 2}, steps=3,
                     warmup_steps=1, link_iters=2, timeout_s=300)
-    assert list(v.table["ranks"]) == [2] and v.links[2].nranks == 2
+    assert list(v.table["ranks"]) == [2] and v.calibration.links[2].nranks == 2
     row = v.table.iloc[0]
     assert row["pred_step_ms"] > 0 and row["pred_comm_ms"] > 0 and row["meas_step_ms"] > 0
-    assert row["meas_steps"] == 2 and v.rates["tiny"] > 0
+    assert row["meas_steps"] == 2 and v.calibration.rates[("tiny", 2)] > 0
     assert "within 15%" in v.format()

@@ -1,7 +1,8 @@
 """Performance modelling: predict what a step of a training layout should take (ARCHITECTURE.md).
 
 - ``steptime.py`` — step time from compute, communication (α–β) and sync, with overlap; compute from
-  FLOPs and MFU; the collectives a data-parallel strategy issues per step.
+  FLOPs and MFU; the collectives a data-parallel strategy issues per step; terms calibrated on the
+  machine itself (compute slowdown at N concurrent ranks, a wrapper's seconds per unit).
 - ``layout.py`` — :class:`Layout` (dp/tp/pp/cp/ep, DP strategy, pipeline schedule, micro-batching,
   recompute, dtype) and :class:`Cluster` (nodes × GPUs of a catalogued device, intra- and inter-node
   links), with cited presets (:data:`CLUSTERS`, :func:`cluster`).
@@ -18,11 +19,15 @@ from labkit.perf.predict import Prediction, predict, resolve_model
 from labkit.perf.steptime import (
     StepParts,
     compute_time,
+    concurrency_slowdown,
     data_parallel_comm_s,
     decompose,
     step_time,
     tokens_per_s_at,
+    unit_overhead_s,
+    wrapper_overhead_s,
 )
 
 __all__ = ["step_time", "StepParts", "decompose", "compute_time", "tokens_per_s_at", "data_parallel_comm_s",
+           "concurrency_slowdown", "unit_overhead_s", "wrapper_overhead_s",
            "Layout", "Cluster", "CLUSTERS", "cluster", "Prediction", "predict", "resolve_model", "Plan", "plan"]

@@ -24,7 +24,8 @@ from labkit import checks
 from labkit.comm.models import ring_time
 from labkit.memory.estimate import comm_buffer_bytes
 
-__all__ = ["step_time", "StepParts", "decompose", "compute_time", "tokens_per_s_at", "data_parallel_comm_s"]
+__all__ = ["step_time", "StepParts", "decompose", "compute_time", "tokens_per_s_at", "data_parallel_comm_s",
+           "concurrency_slowdown", "unit_overhead_s", "wrapper_overhead_s"]
 
 
 def step_time(compute_s: float, comm_s: float, sync_s: float = 0.0, *, overlap: bool | float = True) -> float:
@@ -176,3 +177,40 @@ def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta, *,
     rs = ring_time(rs_op, n_params * 4 / n_units, nranks, alpha=a, beta=b) * n_units
     t = accum * ag * (2 if reshard else 1) + rs
     return checks.finite_result("communication seconds", t, params=params, alpha_beta=alpha_beta)
+
+
+# ------------------------------------------------------------- terms calibrated on the machine itself
+def concurrency_slowdown(rate_alone: float, rate_concurrent: float) -> float:
+    """How much slower each rank computes when N ranks compute at once: rate alone / rate with N ranks.
+
+    Both rates come from runs that do the same compute and no communication (one rank alone; N independent
+    ranks at once), so the ratio holds only what sharing the machine costs: cores (when ranks × threads
+    exceed them), memory bandwidth and caches — the way a GPU's achievable rate is measured, not assumed.
+    Taught in chapter 5 (ranks share the machine) and chapter 24 (calibrating a model).
+    """
+    a = checks.positive("rate_alone", rate_alone)
+    c = checks.positive("rate_concurrent", rate_concurrent)
+    return checks.finite_result("concurrency slowdown", a / c, rate_alone=rate_alone, rate_concurrent=rate_concurrent)
+
+
+def unit_overhead_s(wrapped_step_s: float, plain_step_s: float, n_units: int, micro_batches: int = 1) -> float:
+    """Seconds a data-parallel wrapper adds per wrapped unit and micro-batch, from two 1-rank runs of the
+    same model: (wrapped step − plain step) / (units × micro-batches), at least 0.
+
+    The wrapper's own work (FSDP2: gathering and freeing each unit's parameters, its hooks and copies; DDP:
+    bucketing hooks) costs time a compute rate measured without it does not hold; with one rank there is
+    no link, so the difference is that work alone. A wrapped run faster than the plain one (noise) gives 0.
+    Taught in chapter 20 (FSDP's per-unit costs) and chapter 19 (DDP's hooks).
+    """
+    w = checks.positive("wrapped_step_s", wrapped_step_s)
+    p = checks.positive("plain_step_s", plain_step_s)
+    per = (w - p) / (checks.count("n_units", n_units) * checks.count("micro_batches", micro_batches))
+    return max(0.0, per)
+
+
+def wrapper_overhead_s(per_unit_s: float, n_units: int, micro_batches: int = 1, slowdown: float = 1.0) -> float:
+    """Wrapper seconds per step: per unit × units × micro-batches × the concurrency slowdown (the
+    wrapper's work is CPU work on the same shared cores as the compute). Taught in chapter 20."""
+    t = checks.nonneg("per_unit_s", per_unit_s) * checks.count("n_units", n_units) \
+        * checks.count("micro_batches", micro_batches)
+    return checks.finite_result("wrapper seconds", t * checks.positive("slowdown", slowdown), per_unit_s=per_unit_s)
