@@ -1,0 +1,21 @@
+"""The course's two seed cases, told once: the source's numbers (cited), what follows from them, and where
+the source contradicts itself (⚠).
+
+Chapters quote these objects, never their own copies of the numbers (issue #14: the cases had drifted
+apart between chapters). Each case stores **only the source's inputs**; every speedup, efficiency, step
+time and link speed is computed here, by the formula beside it. What a model adds (``labkit.perf``) is
+labelled *modelled* and kept apart from what the source reported.
+
+- :func:`bert_large` — BERT-large on 4 GPUs (syllabus ch. 5 and 30). Taught in chapters 5, 11, 14 and 30.
+- :func:`thirteen_b` — a 13B model on 64 → 128 A100 over 25 Gb/s Ethernet (syllabus ch. 29). Taught in
+  chapters 14, 24 and 29 (its bandwidth figures in chapter 11).
+- :func:`warnings_markdown` — a case's ⚠ records as Markdown boxes for a chapter.
+"""
+from __future__ import annotations
+
+from labkit.cases._common import CaseWarning, warnings_markdown
+from labkit.cases.bert import LINKS, BertLargeCase, bert_large
+from labkit.cases.thirteen_b import LLAMA_13B_SHAPE, ThirteenBCase, thirteen_b
+
+__all__ = ["CaseWarning", "BertLargeCase", "ThirteenBCase", "bert_large", "thirteen_b", "warnings_markdown",
+           "LINKS", "LLAMA_13B_SHAPE"]
