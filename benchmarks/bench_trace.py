@@ -2,7 +2,7 @@
 
 Run from the repo root::
 
-    .venv/bin/python benchmarks/bench_trace.py [TRACE_DIR]          # default ../shared/peer-traces
+    .venv/bin/python benchmarks/bench_trace.py [TRACE_DIR]          # default datasets/traces/hta
 
 For each trace it prints the best of 7 interleaved rounds (wall time) of
   json      gzip + json.load of the file (the floor any Python reader pays),
@@ -14,7 +14,11 @@ and the ratios HTA/lk-hta (goal ≥ 5) and labkit/json (goal ≤ 2).
 
 Two helper modes run under build/hta-venv/bin/python (they import only HTA):
   --hta-time FILE        time HTA on one file, print JSON
-  --hta-reference DIR    HTA's numbers on every *.json.gz in DIR (tests/data/hta_reference.json)
+  --hta-reference DIR    HTA's numbers on every *.json.gz under DIR (tests/data/hta_reference.json)
+
+Traces are found in TRACE_DIR and its sub-folders; a file's key is its path below TRACE_DIR with ``/`` as
+``_`` (``trace_filter/sampled_rank-0.json.gz`` -> ``trace_filter_sampled_rank-0.json.gz``), HTA's
+``tests/data/<sub>/<file>`` naming, the keys of tests/data/hta_reference.json.
 """
 from __future__ import annotations
 
@@ -27,6 +31,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HTA_PY = ROOT / "build" / "hta-venv" / "bin" / "python"
+SHIPPED = ROOT / "datasets" / "traces" / "hta"
+
+
+def trace_keys(folder) -> dict[str, Path]:
+    """Every ``*.json.gz`` under ``folder`` by its key (path below ``folder``, ``/`` -> ``_``)."""
+    folder = Path(folder)
+    return {"_".join(f.relative_to(folder).parts): f for f in sorted(folder.rglob("*.json.gz"))}
 
 
 def _hta_on(file: str):
@@ -67,17 +78,17 @@ def hta_reference(folder: str) -> None:
     warnings.filterwarnings("ignore")
     out = {"_provenance": {
         "tool": "HolisticTraceAnalysis 0.5.0 (pip install HolisticTraceAnalysis==0.5.0 'pandas<3' in build/hta-venv)",
-        "made_with": "build/hta-venv/bin/python benchmarks/bench_trace.py --hta-reference ../shared/peer-traces "
+        "made_with": "build/hta-venv/bin/python benchmarks/bench_trace.py --hta-reference datasets/traces/hta "
                      "> tests/data/hta_reference.json (TraceAnalysis(trace_dir=<folder holding one file>)"
                      ".get_temporal_breakdown(visualize=False) and .get_comm_comp_overlap(visualize=False), "
                      "one file per TraceAnalysis)",
-        "traces": "/work/shared/peer-traces (facebookresearch/HolisticTraceAnalysis tests/data, commit f4d0062c, MIT)"},
+        "traces": "datasets/traces/hta (facebookresearch/HolisticTraceAnalysis tests/data, commit f4d0062c, MIT)"},
         "files": {}}
-    for f in sorted(Path(folder).glob("*.json.gz")):
+    for key, f in trace_keys(folder).items():
         _, tb, ov = _hta_on(str(f))
         r = tb.iloc[0]
         o = None if ov is None else float(ov.iloc[0]["comp_comm_overlap_pctg"])
-        out["files"][f.name] = {"rank": int(r["rank"]), "idle_time_pctg": float(r["idle_time_pctg"]),
+        out["files"][key] = {"rank": int(r["rank"]), "idle_time_pctg": float(r["idle_time_pctg"]),
                                 "compute_time_pctg": float(r["compute_time_pctg"]),
                                 "non_compute_time_pctg": float(r["non_compute_time_pctg"]),
                                 "kernel_time_us": float(r["kernel_time(us)"]),
@@ -99,7 +110,7 @@ def main(folder: str) -> None:
 
     from labkit.trace import analyze, hta_summary
 
-    files = sorted(Path(folder).glob("*.json.gz"))
+    files = list(trace_keys(folder).values())
     if not files:
         sys.exit(f"no *.json.gz traces in {folder}")
     cpu = sorted((ROOT / "datasets" / "traces" / "cpu_gloo_ddp_tiny").glob("*.json.gz"))[:1]
@@ -134,4 +145,4 @@ if __name__ == "__main__":
     elif len(sys.argv) >= 3 and sys.argv[1] == "--hta-reference":
         hta_reference(sys.argv[2])
     else:
-        main(sys.argv[1] if len(sys.argv) > 1 else str(ROOT.parent / "shared" / "peer-traces"))
+        main(sys.argv[1] if len(sys.argv) > 1 else str(SHIPPED))

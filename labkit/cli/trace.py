@@ -6,7 +6,8 @@ Examples::
     labkit trace analyze rank0.pt.trace.json.gz --json --steps 3 4
     labkit trace analyze traces/ --tokens-per-step 524288 --model-config gpt2/config.json --seq-len 1024 \
                          --peak-tflops 989       # MFU of a foreign trace
-    labkit trace hta ../shared/peer-traces/trace_filter_sampled_rank-0.json.gz   # HTA's definitions
+    labkit trace analyze --example hta-2-of-128       # a real GPU trace shipped with the course
+    labkit trace hta --example hta-ddp-rank0-of-2     # HTA's definitions on another real one
     labkit trace synth out/ --ranks 2 --straggler-rank 1 --straggler-us 700
 
 Taught in chapter 9 (profiler traces).
@@ -14,14 +15,54 @@ Taught in chapter 9 (profiler traces).
 from __future__ import annotations
 
 import json
+from argparse import RawDescriptionHelpFormatter
+
+# traces shipped in datasets/traces/ (see its README), by a name that says what they are
+EXAMPLES = {
+    "hta-2-of-128": (("traces", "hta", "trace_filter"),
+                     "REAL GPU trace: ranks 0 and 1 of a 128-rank NCCL job, 2 steps (HTA test data, MIT)"),
+    "hta-ddp-rank0-of-2": (("traces", "hta", "nccl_parser_config"),
+                           "REAL GPU trace: rank 0 of a 2-rank DDP job on an A100, 3 steps (HTA test data, MIT)"),
+    "hta-single-gpu": (("traces", "hta", "ns_resolution_trace"),
+                       "REAL GPU trace: a 1-rank job on a V100, 5 steps (HTA test data, MIT)"),
+    "cpu-gloo-ddp": (("traces", "cpu_gloo_ddp_tiny"), "recorded CPU trace: 2 gloo ranks, DDP, tiny GPT"),
+    "synthetic-straggler": (("traces", "synthetic_gpu_ddp_straggler"),
+                            "SYNTHETIC GPU-style trace: 2 ranks, rank 1 a straggler (known answers)"),
+    "synthetic-launch-bound": (("traces", "synthetic_gpu_launch_bound"),
+                               "SYNTHETIC GPU-style trace: 1 rank waiting on kernel launches (known answers)"),
+}
+
+
+def _examples_help() -> str:
+    return "shipped traces for --example:\n" + "\n".join(f"  {k:24s}{v[1]}" for k, v in EXAMPLES.items())
+
+
+def _add_path(parser) -> None:
+    parser.add_argument("path", nargs="?", help="a trace file or a folder of per-rank trace files")
+    parser.add_argument("--example", choices=sorted(EXAMPLES), metavar="NAME",
+                        help="analyse a trace shipped with the course instead of PATH (names below)")
+
+
+def _path(args) -> str:
+    """PATH, or the shipped trace that --example names; exactly one of them."""
+    if (args.path is None) == (args.example is None):
+        given = "both given" if args.path is not None else "neither given"
+        raise ValueError(f"give a trace PATH or --example NAME ({given}); example names: "
+                         f"{', '.join(sorted(EXAMPLES))}")
+    if args.path is not None:
+        return args.path
+    from labkit.paths import dataset
+
+    return str(dataset(*EXAMPLES[args.example][0]))
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("trace", help="analyse profiler traces (breakdown, overlap, stragglers)",
                               description="Read torch.profiler Chrome traces (.json/.json.gz, CPU or GPU).")
     sub = p.add_subparsers(dest="trace_command", metavar="ACTION")
-    a = sub.add_parser("analyze", help="per-rank breakdown: compute, exposed/hidden comm, memcpy, idle, data wait")
-    a.add_argument("path", help="a trace file or a folder of per-rank trace files")
+    a = sub.add_parser("analyze", help="per-rank breakdown: compute, exposed/hidden comm, memcpy, idle, data wait",
+                       epilog=_examples_help(), formatter_class=RawDescriptionHelpFormatter)
+    _add_path(a)
     a.add_argument("--steps", type=int, nargs="+", help="ProfilerStep numbers to keep (default: all)")
     a.add_argument("--json", action="store_true", help="print JSON instead of the text summary")
     a.add_argument("--allow-mixed", action="store_true",
@@ -30,8 +71,9 @@ def register(subparsers) -> None:
 
     _model_flops.add(a)
     a.set_defaults(func=_analyze)
-    h = sub.add_parser("hta", help="temporal breakdown and comm/compute overlap in HTA 0.5.0's definitions")
-    h.add_argument("path")
+    h = sub.add_parser("hta", help="temporal breakdown and comm/compute overlap in HTA 0.5.0's definitions",
+                       epilog=_examples_help(), formatter_class=RawDescriptionHelpFormatter)
+    _add_path(h)
     h.add_argument("--json", action="store_true")
     h.set_defaults(func=_hta)
     s = sub.add_parser("synth", help="write SYNTHETIC GPU-style traces with known answers")
@@ -54,8 +96,9 @@ def _analyze(args) -> int:
     from labkit.trace.analysis import analyze
 
     mfu_kw = _model_flops.resolve(args)           # a bad --model-config is named before the trace is read
-    with naming(args.path, "trace"):
-        res = analyze(args.path, steps=args.steps, allow_mixed=args.allow_mixed)
+    path = _path(args)
+    with naming(path, "trace"):
+        res = analyze(path, steps=args.steps, allow_mixed=args.allow_mixed)
     record = res.update_record(RunRecord(label="trace"), **mfu_kw) if mfu_kw else None
     if args.json:
         doc = res.to_dict()
@@ -71,9 +114,10 @@ def _hta(args) -> int:
     from labkit.cli._io import naming
     from labkit.trace.hta import hta_comm_comp_overlap, hta_temporal_breakdown
 
-    with naming(args.path, "trace"):
-        tb = hta_temporal_breakdown(args.path)
-        ov = hta_comm_comp_overlap(args.path)
+    path = _path(args)
+    with naming(path, "trace"):
+        tb = hta_temporal_breakdown(path)
+        ov = hta_comm_comp_overlap(path)
     if args.json:
         print(json.dumps({"temporal_breakdown": tb.to_dict("records"),
                           "comm_comp_overlap": ov.to_dict("records")}, indent=2, default=str))
