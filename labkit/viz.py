@@ -12,7 +12,7 @@ import math
 
 from labkit.units import si
 
-__all__ = ["si", "new_axes", "legend_outside", "roofline", "stacked_parts", "scaling", "bars"]
+__all__ = ["si", "new_axes", "legend_outside", "roofline", "stacked_parts", "scaling", "bars", "ring_allreduce"]
 
 PALETTE = {"compute": "#4C72B0", "communication": "#DD8452", "comm": "#DD8452", "memory": "#55A868",
            "data": "#C44E52", "scheduling": "#8172B3", "sync": "#937860", "forward": "#4C72B0",
@@ -135,4 +135,44 @@ def bars(values: dict[str, float], *, ax=None, unit: str = "", title: str | None
     if title:
         ax.set_title(title)
     ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    return ax
+
+
+def ring_allreduce(log, *, ax=None, title: str | None = None):
+    """The ring all-reduce step by step, drawn from its log (``labkit.comm.run_ring(...).log``).
+
+    One row per step, one column per rank; each cell is the chunk that rank received that step (the
+    colour is the chunk, so a chunk's trip round the ring reads as a diagonal), with where it came from
+    and which ranks' inputs it now holds (Σ over ``holds``). Reduce-scatter rows add, all-gather rows
+    copy. Taught in chapter 11 (communication diagnostics, §1)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    need = {"step", "rank", "phase", "send_chunk", "to", "recv_chunk", "from"}
+    missing = need - set(log.columns)
+    if missing:
+        raise ValueError(f"log lacks columns {sorted(missing)}; pass labkit.comm.run_ring(...).log")
+    n_ranks, n_steps = int(log["rank"].max()) + 1, int(log["step"].max()) + 1
+    if ax is None:
+        _, (ax,) = new_axes(width=1.9 * n_ranks + 1.2, height=0.62 * n_steps + 1.0)
+    cmap = plt.get_cmap("tab10")
+    for r in log.to_dict("records"):
+        ag = r["phase"] == "all-gather"
+        ax.add_patch(Rectangle((r["rank"], r["step"]), 1, 1, facecolor=cmap(r["recv_chunk"] % 10),
+                               alpha=0.35 if ag else 0.8, edgecolor="white", lw=2))
+        held = r.get("holds")
+        summed = ("Σ r" + "+".join(str(h) for h in held)) if held else ""
+        ax.text(r["rank"] + 0.5, r["step"] + 0.5, f"chunk {r['recv_chunk']} ← r{r['from']}\n{summed}",
+                ha="center", va="center", fontsize=7)
+    rs_steps = int((log.groupby("step")["phase"].first() == "reduce-scatter").sum())
+    ax.axhline(rs_steps, color="black", lw=1.5)
+    ax.set_xlim(0, n_ranks)
+    ax.set_ylim(n_steps, 0)
+    ax.set_xticks([i + 0.5 for i in range(n_ranks)], [f"rank {i}" for i in range(n_ranks)])
+    ax.set_yticks([i + 0.5 for i in range(n_steps)],
+                  [f"{i} {'RS' if i < rs_steps else 'AG'}" for i in range(n_steps)])
+    ax.set_ylabel("step (RS = reduce-scatter: add; AG = all-gather: copy)", fontsize=8)
+    ax.xaxis.tick_top()
+    ax.tick_params(length=0, labelsize=8)
+    ax.set_title(title or f"ring all-reduce on {n_ranks} ranks: the chunk each rank receives per step", fontsize=9)
     return ax
