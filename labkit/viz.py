@@ -180,7 +180,7 @@ def ring_allreduce(log, *, ax=None, title: str | None = None):
 
 def memory_timeline(step, references: dict[str, float] | None = None, *, ax=None, unit: str = "MiB",
                     title: str | None = None):
-    """Allocated memory through one training step (``labkit.memory.step_memory``): the measured curve,
+    """Allocated memory through one training step (``labkit.memory.StepMemoryRecorder(...).result``): the measured curve,
     the forward / backward / optimizer phases shaded, the peak marked, and ``references`` ({label:
     bytes}, e.g. modelled parameters, + gradients, + optimizer states) as dashed horizontal lines.
     Taught in chapter 13 (memory anatomy, §3)."""

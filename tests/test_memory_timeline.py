@@ -19,8 +19,15 @@ def _first_step(micro_batch, seq_len):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     idx = torch.randint(0, cfg.vocab_size, (micro_batch, seq_len))
     activations = memory.measure_activation_bytes(model, idx, idx)
-    st = memory.step_memory(model, opt, idx, idx)
-    return st, memory.measure_model_state(model, opt), activations
+    rec = memory.StepMemoryRecorder(model, opt)
+    with rec:
+        with rec.phase("forward"):
+            loss = model(idx, idx)[1]
+        with rec.phase("backward"):
+            loss.backward()
+        with rec.phase("optimizer"):
+            opt.step()
+    return rec.result, memory.measure_model_state(model, opt), activations
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +61,24 @@ def test_peak_comes_in_backward_when_activations_dominate_and_in_the_step_when_t
 def test_change_refuses_an_unknown_phase(step):
     with pytest.raises(ValueError, match="forward"):
         step[0].change("warmup")
+
+
+def test_recorder_refuses_phases_out_of_place_and_a_step_without_them():
+    model = labkit.models.GPT(labkit.models.gpt_config("tiny", seq_len=16))
+    rec = memory.StepMemoryRecorder(model)
+    with pytest.raises(RuntimeError, match="inside"):
+        rec.phase("forward")
+    with pytest.raises(ValueError, match="once"):
+        with rec:
+            with rec.phase("forward"):
+                pass
+            rec.phase("forward")
+    with pytest.raises(ValueError, match="backward"):
+        with memory.StepMemoryRecorder(model) as r2:
+            with r2.phase("forward"):
+                pass
+    with pytest.raises(ValueError, match="tpu"):
+        memory.StepMemoryRecorder(model, device="tpu")
 
 
 def test_memory_samples_reads_one_device_type():

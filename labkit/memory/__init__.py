@@ -35,11 +35,11 @@ from labkit.memory.estimate import (
 )
 from labkit.memory.measure import predict_vs_measure, probe_model_state
 from labkit.memory.tensors import measure_activation_bytes, measure_model_state
-from labkit.memory.timeline import StepMemory, memory_samples, step_memory
+from labkit.memory.timeline import StepMemory, StepMemoryRecorder, memory_samples
 
 __all__ = ["GB", "GiB", "STRATEGIES", "PRECISIONS", "OPTIMIZERS", "MemoryBreakdown", "fmt_bytes", "canonical_strategy",
            "model_state_bytes", "activation_bytes", "ddp_bucket_sizes", "comm_buffer_bytes",
            "DeepSpeedRow", "DeepSpeedEstimate", "deepspeed_zero2_estimate", "deepspeed_zero3_estimate",
            "deepspeed_params", "compare_with_labkit",
            "measure_model_state", "measure_activation_bytes", "predict_vs_measure", "probe_model_state",
-           "StepMemory", "step_memory", "memory_samples"]
+           "StepMemory", "StepMemoryRecorder", "memory_samples"]

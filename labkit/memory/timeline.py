@@ -3,7 +3,7 @@
 ``torch.profiler`` with ``profile_memory=True`` records every allocation and free together with the
 allocator's running total ("Total Allocated" on each ``[memory]`` event of the Chrome trace; PyTorch
 docs, *torch.profiler*, ``profile_memory``). On a CPU that total counts only what was allocated after
-profiling started, so :func:`step_memory` adds the bytes the model and optimizer already held (exact,
+profiling started, so :class:`StepMemoryRecorder` adds the bytes the model and optimizer already held (exact,
 :func:`labkit.memory.tensors.measure_model_state`); on a GPU the CUDA caching allocator's total is
 absolute and nothing is added. The three phases are ``record_function`` ranges, so the samples can be
 cut at the phase boundaries.
@@ -32,7 +32,7 @@ from labkit.memory.tensors import measure_model_state
 PHASES = ("forward", "backward", "optimizer")
 _DEVICE_TYPE = {"cpu": 0, "cuda": 1}     # c10::DeviceType in the profiler's "Device Type"
 
-__all__ = ["PHASES", "StepMemory", "step_memory", "memory_samples"]
+__all__ = ["PHASES", "StepMemory", "StepMemoryRecorder", "memory_samples"]
 
 
 @dataclass
@@ -74,47 +74,82 @@ def memory_samples(trace: dict, device_type: str = "cpu") -> pd.DataFrame:
     return pd.DataFrame(sorted(rows), columns=["ts_us", "allocated", "bytes"])
 
 
-def step_memory(model, optimizer, idx, targets=None) -> StepMemory:
-    """Run one training step (forward, backward, ``optimizer.step()``) under ``torch.profiler`` with
-    ``profile_memory=True`` and return the allocated bytes through it (:class:`StepMemory`).
+class StepMemoryRecorder:
+    """Record allocated memory through one step of *your* loop, cut at named phases::
 
-    ``model(idx, targets)`` must return ``(logits, loss)`` (``labkit.models.GPT``). The logits are
-    dropped after the forward, as a training loop that only keeps the loss does. Gradients are not
-    zeroed afterwards: they are part of what the step leaves behind. Taught in chapter 13 (§3).
-    """
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    os.environ.setdefault("KINETO_LOG_LEVEL", "6")     # no "USDT: profiler_start" lines (see train/loop.py)
-    device = idx.device.type
-    if device not in _DEVICE_TYPE:
-        raise ValueError(f"idx is on {idx.device}; step_memory measures cpu or cuda tensors")
-    held = measure_model_state(model, optimizer)
-    baseline = held.model_states if device == "cpu" else 0   # CUDA's total already counts them
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "step.json"
-        with profile(activities=activities, profile_memory=True) as prof:
-            with record_function("forward"):
-                logits, loss = model(idx, targets)
-                del logits
-            with record_function("backward"):
+        rec = memory.StepMemoryRecorder(model, opt)
+        with rec:
+            with rec.phase("forward"):
+                loss = model(idx, targets)[1]        # keep only the loss: the logits are freed
+            with rec.phase("backward"):
                 loss.backward()
-            with record_function("optimizer"):
-                optimizer.step()
-            if device == "cuda":
-                torch.cuda.synchronize(idx.device)
-        with contextlib.redirect_stdout(None):
-            prof.export_chrome_trace(str(path))
-        trace = json.loads(path.read_text())
+            with rec.phase("optimizer"):
+                opt.step()
+        rec.result                                   # a StepMemory
+
+    The step is yours (labkit's one training loop stays ``labkit.train``); the recorder runs
+    ``torch.profiler`` with ``profile_memory=True`` around it, each phase a ``record_function`` range.
+    ``device``: "cpu" or "cuda" (whose allocator to read). Taught in chapter 13 (memory anatomy, §3).
+    """
+
+    def __init__(self, model, optimizer=None, device: str = "cpu"):
+        if device not in _DEVICE_TYPE:
+            raise ValueError(f"device={device!r}: one of {sorted(_DEVICE_TYPE)}")
+        self.model, self.optimizer, self.device = model, optimizer, device
+        self.names: list[str] = []
+        self.result: StepMemory | None = None
+        self._prof = None
+
+    def phase(self, name: str):
+        """A ``record_function`` range named ``name`` (one of :data:`PHASES`, each once, in order)."""
+        from torch.profiler import record_function
+
+        if self._prof is None:
+            raise RuntimeError("rec.phase(...) belongs inside `with rec:`")
+        if name not in PHASES or name in self.names:
+            raise ValueError(f"phase={name!r}: each of {PHASES} once (recorded so far: {self.names})")
+        self.names.append(name)
+        return record_function(name)
+
+    def __enter__(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # no "USDT: profiler_start" lines (see train/loop.py)
+        held = measure_model_state(self.model, self.optimizer)
+        self._baseline = held.model_states if self.device == "cpu" else 0   # CUDA's total already counts them
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
+        self._prof = profile(activities=acts, profile_memory=True)
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        self._prof.__exit__(*exc)
+        if exc[0] is None:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "step.json"
+                with contextlib.redirect_stdout(None):
+                    self._prof.export_chrome_trace(str(path))
+                trace = json.loads(path.read_text())
+            self.result = _step_from_trace(trace, self.names, self._baseline, self.device)
+        return False
+
+
+def _step_from_trace(trace: dict, names: list[str], baseline: int, device: str) -> StepMemory:
     spans = {e["name"]: (float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in trace["traceEvents"]
-             if e.get("cat") == "user_annotation" and e.get("name") in PHASES}
+             if e.get("cat") == "user_annotation" and e.get("name") in names}
+    missing = [p for p in PHASES if p not in spans]
+    if missing:
+        raise ValueError(f"the step recorded no {missing} phase: wrap forward, backward and optimizer in rec.phase(...)")
     mem = memory_samples(trace, device)
-    t0, t_end = spans["forward"][0], spans["optimizer"][1]
+    t0, t_end = spans[PHASES[0]][0], spans[PHASES[-1]][1]
     mem = mem[(mem["ts_us"] >= t0) & (mem["ts_us"] <= t_end)]
     ts, total = mem["ts_us"].to_numpy(), mem["allocated"].to_numpy() + baseline
 
-    def at(t):      # allocated just after time t: the last event at or before it (baseline before any)
+    def at(t):      # allocated just after time t: the last event at or before it
         i = np.searchsorted(ts, t, side="right") - 1
         if i >= 0:
             return int(total[i])
@@ -125,7 +160,7 @@ def step_memory(model, optimizer, idx, targets=None) -> StepMemory:
         phase_of[(ts >= a) & (ts <= b)] = name
     samples = pd.DataFrame({"t_ms": np.concatenate([[0.0], (ts - t0) / 1e3]),
                             "allocated": np.concatenate([[at(t0 - 1e-3)], total]).astype(np.int64),
-                            "phase": np.concatenate([["forward"], phase_of])})
+                            "phase": np.concatenate([[PHASES[0]], phase_of])})
     phases = pd.DataFrame([{"phase": p, "start_ms": (spans[p][0] - t0) / 1e3, "end_ms": (spans[p][1] - t0) / 1e3,
                             "start_bytes": at(spans[p][0] - 1e-3), "end_bytes": at(spans[p][1])} for p in PHASES])
     return StepMemory(samples=samples, phases=phases, baseline=int(baseline), device=device)
