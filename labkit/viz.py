@@ -12,7 +12,7 @@ import math
 
 from labkit.units import si
 
-__all__ = ["si", "new_axes", "legend_outside", "roofline", "stacked_parts", "scaling", "bars"]
+__all__ = ["si", "new_axes", "legend_outside", "roofline", "stacked_parts", "scaling", "bars", "ring_allreduce", "memory_timeline", "ddp_timeline"]
 
 PALETTE = {"compute": "#4C72B0", "communication": "#DD8452", "comm": "#DD8452", "memory": "#55A868",
            "data": "#C44E52", "scheduling": "#8172B3", "sync": "#937860", "forward": "#4C72B0",
@@ -135,4 +135,105 @@ def bars(values: dict[str, float], *, ax=None, unit: str = "", title: str | None
     if title:
         ax.set_title(title)
     ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    return ax
+
+
+def ring_allreduce(log, *, ax=None, title: str | None = None):
+    """The ring all-reduce step by step, drawn from its log (``labkit.comm.run_ring(...).log``).
+
+    One row per step, one column per rank; each cell is the chunk that rank received that step (the
+    colour is the chunk, so a chunk's trip round the ring reads as a diagonal), with where it came from
+    and which ranks' inputs it now holds (Σ over ``holds``). Reduce-scatter rows add, all-gather rows
+    copy. Taught in chapter 11 (communication diagnostics, §1)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    need = {"step", "rank", "phase", "send_chunk", "to", "recv_chunk", "from"}
+    missing = need - set(log.columns)
+    if missing:
+        raise ValueError(f"log lacks columns {sorted(missing)}; pass labkit.comm.run_ring(...).log")
+    n_ranks, n_steps = int(log["rank"].max()) + 1, int(log["step"].max()) + 1
+    if ax is None:
+        _, (ax,) = new_axes(width=1.9 * n_ranks + 1.2, height=0.62 * n_steps + 1.0)
+    cmap = plt.get_cmap("tab10")
+    for r in log.to_dict("records"):
+        ag = r["phase"] == "all-gather"
+        ax.add_patch(Rectangle((r["rank"], r["step"]), 1, 1, facecolor=cmap(r["recv_chunk"] % 10),
+                               alpha=0.35 if ag else 0.8, edgecolor="white", lw=2))
+        held = r.get("holds")
+        summed = ("Σ r" + "+".join(str(h) for h in held)) if held else ""
+        ax.text(r["rank"] + 0.5, r["step"] + 0.5, f"chunk {r['recv_chunk']} ← r{r['from']}\n{summed}",
+                ha="center", va="center", fontsize=7)
+    rs_steps = int((log.groupby("step")["phase"].first() == "reduce-scatter").sum())
+    ax.axhline(rs_steps, color="black", lw=1.5)
+    ax.set_xlim(0, n_ranks)
+    ax.set_ylim(n_steps, 0)
+    ax.set_xticks([i + 0.5 for i in range(n_ranks)], [f"rank {i}" for i in range(n_ranks)])
+    ax.set_yticks([i + 0.5 for i in range(n_steps)],
+                  [f"{i} {'RS' if i < rs_steps else 'AG'}" for i in range(n_steps)])
+    ax.set_ylabel("step (RS = reduce-scatter: add; AG = all-gather: copy)", fontsize=8)
+    ax.xaxis.tick_top()
+    ax.tick_params(length=0, labelsize=8)
+    ax.set_title(title or f"ring all-reduce on {n_ranks} ranks: the chunk each rank receives per step", fontsize=9)
+    return ax
+
+
+def memory_timeline(step, references: dict[str, float] | None = None, *, ax=None, unit: str = "MiB",
+                    title: str | None = None):
+    """Allocated memory through one training step (``labkit.memory.StepMemoryRecorder(...).result``): the measured curve,
+    the forward / backward / optimizer phases shaded, the peak marked, and ``references`` ({label:
+    bytes}, e.g. modelled parameters, + gradients, + optimizer states) as dashed horizontal lines.
+    Taught in chapter 13 (memory anatomy, §3)."""
+    scale = {"MiB": 2**20, "MB": 1e6, "GiB": 2**30, "GB": 1e9, "KiB": 2**10}
+    if unit not in scale:
+        raise ValueError(f"unit={unit!r}: one of {sorted(scale)}")
+    ax = _ax(ax)
+    s, k = step.samples, scale[unit]
+    for p in step.phases.to_dict("records"):
+        ax.axvspan(p["start_ms"], p["end_ms"], color=PALETTE.get(p["phase"], "#DDDDDD"), alpha=0.15, lw=0)
+        ax.text((p["start_ms"] + p["end_ms"]) / 2, 1.0, p["phase"], transform=ax.get_xaxis_transform(),
+                ha="center", va="bottom", fontsize=8)
+    ax.step(s["t_ms"], s["allocated"] / k, where="post", color="black", lw=1.2, label="allocated (measured)")
+    i = s["allocated"].idxmax()
+    ax.plot([s.loc[i, "t_ms"]], [s.loc[i, "allocated"] / k], "v", color="#C44E52",
+            label=f"peak {s.loc[i, 'allocated'] / k:.1f} {unit} ({s.loc[i, 'phase']})")
+    colors = ["#4C72B0", "#64B5CD", "#8172B3", "#55A868", "#DD8452", "#937860"]
+    for j, (label, v) in enumerate((references or {}).items()):
+        ax.axhline(v / k, ls="--", lw=1, color=colors[j % len(colors)], label=label)
+    ax.set_xlabel("time since the step began (ms)")
+    ax.set_ylabel(f"allocated ({unit})")
+    if title:
+        ax.set_title(title, pad=14)
+    legend_outside(ax)
+    return ax
+
+
+def ddp_timeline(tl, *, ax=None, title: str | None = None):
+    """One DDP step on two lanes (``labkit.trace.ddp_timeline``): forward, backward and the optimizer
+    step on the compute lane, each gradient bucket's all-reduce on the communication lane, with a tick
+    where backward launched it. Taught in chapter 9 (trace analytics, §2)."""
+    if ax is None:
+        _, (ax,) = new_axes(width=8.0, height=2.6)
+    lanes = {"compute": 1.0, "all-reduce": 0.0}
+    h = 0.6
+    for name, span in (("forward", tl.forward), ("optimizer", tl.optimizer)):
+        if span:
+            ax.broken_barh([(span[0], span[1] - span[0])], (lanes["compute"] - h / 2, h), color=PALETTE[name],
+                           label=name)
+    bw = tl.backward
+    ax.broken_barh(list(zip(bw["start_ms"], bw["end_ms"] - bw["start_ms"], strict=True)),
+                   (lanes["compute"] - h / 2, h), color=PALETTE["backward"], label="backward (autograd)")
+    colors = ["#DD8452", "#C44E52", "#937860", "#8172B3"]
+    for b in tl.buckets.to_dict("records"):
+        c = colors[b["bucket"] % len(colors)]
+        ax.broken_barh([(b["start_ms"], b["end_ms"] - b["start_ms"])], (lanes["all-reduce"] - h / 2, h), color=c,
+                       label=f"bucket {b['bucket']} all-reduce")
+        ax.plot([b["launch_ms"]] * 2, [lanes["compute"] - h / 2, lanes["all-reduce"] + h / 2], ls=":", color=c, lw=1)
+        ax.text(b["start_ms"], lanes["all-reduce"] - h / 2 - 0.08, f"b{b['bucket']}", ha="left", va="top",
+                fontsize=7, color=c)
+    ax.set_yticks(list(lanes.values()), ["compute\n(main thread)", "all-reduce\n(comm thread)"])
+    ax.set_ylim(-0.75, 1.55)
+    ax.set_xlabel("ms since the step began")
+    ax.set_title(title or f"rank {tl.rank}, step {tl.step}: bucketed all-reduce beside backward", fontsize=9)
+    legend_outside(ax)
     return ax

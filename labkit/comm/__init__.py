@@ -22,6 +22,9 @@ The code lives in small files; this package is the public face::
   ``detect_format`` and ``strip_prefix`` (:mod:`labkit.comm.pasted`), and ``parse`` that picks one.
 - :mod:`labkit.comm.topology` — ``nvidia-smi topo -m``: ``parse_topology``, ``TOPO_LEGEND`` and
   ``synthetic_topology``, the one SYNTHETIC DGX-like matrix (also behind ``labkit.telemetry``).
+- :mod:`labkit.comm.ring` — ``ring_all_reduce``, a naive ring all-reduce of send/recv steps to read
+  (not for use), and ``run_ring``, which runs it on gloo ranks against ``dist.all_reduce`` with a log of
+  every step (``labkit.viz.ring_allreduce`` draws it).
 - :mod:`labkit.comm.synthetic` — seeded SYNTHETIC nccl-tests tables and NCCL logs.
 
 ``comm.parse`` is the auto-detecting *function*; the module of that name is ``labkit.comm_parse`` (or
@@ -62,12 +65,13 @@ from labkit.comm.nccl_log import NcclDebugInfo, parse_nccl_debug
 from labkit.comm.nccl_tests import NcclTestsResult, parse_nccl_tests
 from labkit.comm.parse import parse  # the function (it shadows the submodule name on this package)
 from labkit.comm.pasted import detect_format, strip_prefix
+from labkit.comm.ring import RingDemo, ring_all_reduce, run_ring
 from labkit.comm.synthetic import FABRICS, Fabric, fabric, synthetic_nccl_debug, synthetic_nccl_tests
 from labkit.comm.topology import TOPO_LEGEND, Topology, parse_topology, synthetic_topology
 
 __all__ = [
     "ALL_OPS", "DTYPE_BYTES", "NCCL_TESTS", "bytes_of", "link_factor", "OPS", "AlphaBeta", "BenchResult", "FABRICS", "Fabric", "GLOO_REDUCE_SCATTER_NOTE", "NcclDebugInfo",
-    "NcclTestsResult", "TOPO_LEGEND", "Topology", "algbw", "bench_rank", "benchmark", "bus_factor", "busbw",
+    "NcclTestsResult", "RingDemo", "ring_all_reduce", "run_ring", "TOPO_LEGEND", "Topology", "algbw", "bench_rank", "benchmark", "bus_factor", "busbw",
     "canonical_op", "default_sizes", "detect_format", "fabric", "fit_alpha_beta", "hierarchical_time", "parse",
     "parse_nccl_debug", "parse_nccl_tests", "parse_topology", "results_to_table", "ring_steps", "ring_time",
     "strip_prefix", "synthetic_nccl_debug", "synthetic_nccl_tests", "synthetic_topology", "tree_time",

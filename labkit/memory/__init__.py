@@ -5,6 +5,8 @@
 - ``tensors.py`` — exact bytes of live tensors (model state, saved activations);
 - ``deepspeed.py`` — DeepSpeed's ZeRO-2/3 estimators (GPU and CPU bytes per offload option), reproduced
   and compared with ``estimate.py``'s accounting;
+- ``timeline.py`` — allocated bytes through one training step (forward, backward, optimizer), measured
+  with ``torch.profiler``'s memory events;
 - ``measure.py`` — predicted vs measured per rank on real ranks of the reference trainer.
 
 Taught in chapter 13 (memory anatomy), chapter 20 (FSDP / ZeRO) and chapter 21 (checkpointing).
@@ -33,9 +35,11 @@ from labkit.memory.estimate import (
 )
 from labkit.memory.measure import predict_vs_measure, probe_model_state
 from labkit.memory.tensors import measure_activation_bytes, measure_model_state
+from labkit.memory.timeline import StepMemory, StepMemoryRecorder, memory_samples
 
 __all__ = ["GB", "GiB", "STRATEGIES", "PRECISIONS", "OPTIMIZERS", "MemoryBreakdown", "fmt_bytes", "canonical_strategy",
            "model_state_bytes", "activation_bytes", "ddp_bucket_sizes", "comm_buffer_bytes",
            "DeepSpeedRow", "DeepSpeedEstimate", "deepspeed_zero2_estimate", "deepspeed_zero3_estimate",
            "deepspeed_params", "compare_with_labkit",
-           "measure_model_state", "measure_activation_bytes", "predict_vs_measure", "probe_model_state"]
+           "measure_model_state", "measure_activation_bytes", "predict_vs_measure", "probe_model_state",
+           "StepMemory", "StepMemoryRecorder", "memory_samples"]

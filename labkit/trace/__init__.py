@@ -10,6 +10,8 @@ The face of the trace family; each file is one concept:
   summaries, top ops), with :mod:`labkit.trace.stragglers` for who arrives last at each collective;
 - :mod:`labkit.trace.hta` — HTA 0.5.0's temporal breakdown and comm/compute overlap in HTA's own
   definitions (a peer check);
+- :mod:`labkit.trace.timeline` — :func:`ddp_timeline`: one DDP step of one rank, backward compute and
+  each gradient bucket's all-reduce (launch and run) on a timeline;
 - :mod:`labkit.trace.synthetic` — SYNTHETIC GPU-style traces with known answers
   (:func:`synthesize_traces`, also ``write_traces``).
 
@@ -25,7 +27,9 @@ from labkit.trace.breakdown import COLUMNS, collective_type
 from labkit.trace.hta import hta_comm_comp_overlap, hta_summary, hta_temporal_breakdown
 from labkit.trace.load import NotATraceError, RankEvents, load, read_ranks, trace_files
 from labkit.trace.synthetic import SyntheticSpec, synthesize_trace, synthesize_traces
+from labkit.trace.timeline import DDPTimeline, ddp_timeline
 
 __all__ = ["load", "analyze", "TraceAnalysis", "trace_files", "hta_temporal_breakdown",
            "hta_comm_comp_overlap", "hta_summary", "read_ranks", "RankEvents", "NotATraceError",
-           "COLUMNS", "collective_type", "SyntheticSpec", "synthesize_trace", "synthesize_traces"]
+           "COLUMNS", "collective_type", "SyntheticSpec", "synthesize_trace", "synthesize_traces",
+           "DDPTimeline", "ddp_timeline"]
