@@ -131,5 +131,6 @@ def measure_scaling(base, nprocs=(1, 2), *, mode: str = "strong", threads_per_ra
     table = scaling_table({n: r.tokens_per_s for n, r in records.items()}, mode=mode)
     table["step (ms)"] = [records[n].step_time.median * 1e3 for n in table["devices"]]
     table["step spread"] = [records[n].step_time.spread for n in table["devices"]]
-    table["global batch"] = [records[n].tokens_per_step for n in table["devices"]]
+    # tokens per step (micro-batch × ranks × sequence length), not sequences: the column says so
+    table["global batch (tokens)"] = [records[n].tokens_per_step for n in table["devices"]]
     return table, records

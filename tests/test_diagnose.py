@@ -297,3 +297,17 @@ def test_every_valid_extreme_keeps_the_stake_within_the_step():
     d = diagnose(_rec(mfu=0.2, hfu=0.1, config={"checkpoint": True}))
     assert all(0 <= f.score <= 1 for f in d.findings)
     assert all(v >= 0 for f in d.findings for v in f.evidence.values() if isinstance(v, float))
+
+
+@pytest.mark.parametrize("parallel, wants, refuses", [
+    ("ddp", "bucket_cap_mb", "fully_shard"),
+    ("fsdp", "fully_shard", "DDP's buckets"),
+    (None, "bucket_cap_mb", None),               # a trace without a config: both knobs, each named for its wrapper
+])
+def test_communication_advice_names_the_knob_of_the_strategy_that_ran(parallel, wants, refuses):
+    """bucket_cap_mb is DDP's; an FSDP run is told to size its fully_shard units instead (issue #14)."""
+    d = diagnose(_rec(comm_wait_share=0.4, config={"parallel": parallel} if parallel else {}))
+    [unit] = [a for a in next(f for f in d.findings if f.family == "communication").advice if "right-size" in a]
+    assert wants in unit and (refuses is None or refuses not in unit), unit
+    if parallel is None:
+        assert "FSDP has no bucket_cap_mb" in unit

@@ -87,6 +87,6 @@ def test_measure_scaling_on_gloo_ranks():
     assert list(table["devices"]) == [1, 2]
     assert records[1].n_devices == 1 and records[2].n_devices == 2
     assert records[2].config["parallel"] == "ddp" and records[2].config["micro_batch"] == 1
-    assert table["global batch"].nunique() == 1          # strong: the same global batch
+    assert table["global batch (tokens)"].nunique() == 1  # strong: the same global batch
     assert table["efficiency"].iloc[0] == pytest.approx(1.0)
     assert (table["tokens/s"] > 0).all()

@@ -150,7 +150,7 @@ def communication(record, trace, th: Thresholds) -> Finding | None:
         note = who + ("; see the scheduling finding" if peer > th.peer_wait else "") + \
             f"; communication fixes win at most the {transfer:.0%} that moves bytes"
     advice = ["overlap communication with backward (DDP buckets fire during backward; FSDP prefetch)",
-              "right-size buckets (bucket_cap_mb): one huge bucket cannot overlap, tiny ones are latency-bound",
+              _unit_advice((record.config or {}).get("parallel")),
               "cut volume: bf16 gradients/reduce dtype, gradient accumulation (sync once per step), "
               "or a sharding strategy with less traffic — expect the exposed share to fall toward the hidden part"]
     if strag and peer <= th.peer_wait:       # too small for a finding of its own: say it here
@@ -158,6 +158,18 @@ def communication(record, trace, th: Thresholds) -> Finding | None:
                       f"{peer:.0%} the others wait for it goes")
     return Finding("communication", th.severity(transfer), transfer, "exposed communication", ev,
                    {"comm_exposed": th.comm_exposed}, advice, note)
+
+
+def _unit_advice(parallel) -> str:
+    """How to size the unit of communication: ``bucket_cap_mb`` is DDP's knob; FSDP has no gradient buckets,
+    its unit is the ``fully_shard`` (FSDP1: wrap) unit (PyTorch DDP and FSDP2 API docs). Chapter 14."""
+    if parallel == "ddp":
+        return "right-size DDP's buckets (bucket_cap_mb): one huge bucket cannot overlap, tiny ones are latency-bound"
+    if parallel in ("fsdp", "fsdp1"):
+        return ("right-size FSDP's units (fully_shard per transformer block; FSDP has no bucket_cap_mb): "
+                "reshard_after_forward=False skips the backward all-gather at the cost of memory")
+    return ("right-size the unit of communication: DDP's buckets (bucket_cap_mb; one huge bucket cannot overlap, "
+            "tiny ones are latency-bound), FSDP's fully_shard units (FSDP has no bucket_cap_mb)")
 
 
 def peer_wait(record, trace, th: Thresholds) -> Finding | None:
