@@ -1,5 +1,6 @@
 """Each graded lab: the instructor source gets full marks, the released learner version scores zero on
-every unanswered question, and a forged lab01 submission loses exactly the points its forgery touches.
+every unanswered question, a forged lab01 submission loses exactly the points its forgery touches, and
+lab02's q3 holds the named family to the seed's hidden fault and the cited number to the run.
 
 Graded with the CI parameters (FAST=True) through ``labkit grade``, 2 workers.
 """
@@ -49,3 +50,51 @@ def test_instructor_full_marks_learner_zero(lab_id, tmp_path, calibrated_peaks):
         assert {q: v["score"] for q, v in got["questions"].items()} == want["questions"], why[name]
         failed = [c["id"] for q in got["questions"].values() for c in q["checks"] if not c["passed"]]
         assert failed == [want["failed_check"]], why[name]
+
+
+def test_lab02_q3_holds_the_family_to_the_seed_and_the_number_to_the_run(tmp_path):
+    """lab02's q3 hidden checks, run by the grader's checker on evidence made here (a SYNTHETIC 2-rank
+    straggler trace and a record of the straggler's seed): the right family citing the run's peer-wait
+    share passes both; another family fails the family check; a number typed in fails the evidence check."""
+    import gzip
+
+    from labkit import faults
+    from labkit.grading import EvidenceBook
+    from labkit.grading.checker import run_checks
+    from labkit.record import RunRecord, Stat
+    from labkit.trace import analyze
+    from labkit.trace.synthetic import SyntheticSpec, synthesize_traces
+
+    tmp = tmp_path / "synthetic"
+    synthesize_traces(SyntheticSpec(compute_us=4000, comm_us=1000, hidden_us=200, straggler_rank=1,
+                                    straggler_us=3000), tmp)
+    traces = tmp_path / "trace"
+    traces.mkdir()
+    for r in (0, 1):
+        (traces / f"rank{r}.json").write_bytes(gzip.decompress((tmp / f"rank{r}.SYNTHETIC.pt.trace.json.gz")
+                                                               .read_bytes()))
+    peer = analyze(traces).peer_wait_share
+    seed = faults.seed_for("straggler")
+    rec = RunRecord(label="mystery", step_time=Stat.of([0.01, 0.011, 0.01, 0.01]),
+                    phases={"forward": Stat.of([0.003] * 4), "backward": Stat.of([0.006] * 4)},
+                    config={"mystery_seed": seed, "steps": 6, "warmup_steps": 2})
+    book = EvidenceBook("lab02_profiler", root=tmp_path)
+    book.submit("q1", answer=2, record=rec, files=sorted(traces.glob("rank*.json")), seed=seed)
+    checks = [{"id": c.id, "question": c.question, "weight": c.weight, "source": c.source}
+              for c in load_lab("lab02_profiler").checks if c.question == "q3"]
+
+    def grade_q3(family, why):
+        book.submit("q3", answer={"family": family, "justification": why})
+        res = run_checks({"lab": "lab02_profiler", "work_root": str(tmp_path), "checks": checks, "params": {}})
+        return {r["id"]: r["passed"] for r in res}, [r["message"] for r in res]
+
+    cited = f"rank 0 waits {peer:.1%} of the step for rank 1"
+    typed = "rank 0 waits 99.5% of the step for rank 1"
+    assert peer > 0.10 and abs(99.5 - 100 * peer) > 1
+    ok, why = grade_q3("scheduling", cited)
+    assert ok == {"q3-hidden": True, "q3-hidden-evidence": True}, why
+    ok, why = grade_q3("communication", cited)
+    assert ok["q3-hidden"] is False and f"mystery run {seed}" in why[0], why
+    ok, why = grade_q3("scheduling", typed)
+    assert ok == {"q3-hidden": True, "q3-hidden-evidence": False}, why
+    assert "cites no figure of your run" in why[1]

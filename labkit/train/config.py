@@ -13,9 +13,11 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
 - **injected bottlenecks** (chapters 2, 9, 14; sized by :mod:`labkit.train.inject`): ``inject`` =
   ``"data"`` (the loader sleeps per sample), ``"comm"`` (an extra padded all-reduce per step — an
   oversized bucket), ``"compute"`` (micro-batches of one sequence, accumulated to the same tokens),
-  ``"memory"`` (an activation budget that forces a smaller micro-batch and recomputation);
-  ``inject_share`` is the share of a clean step the data/comm injection adds unless
-  ``data_slowdown_s``/``comm_pad_mb`` fix it;
+  ``"memory"`` (an activation budget that forces a smaller micro-batch and recomputation), ``"host"``
+  (every rank's training thread blocks outside any op once per step, as a hidden host sync would) and
+  ``"straggler"`` (the same block on one rank only, ``straggler_rank``, so the others wait for it at the
+  collectives); ``inject_share`` is the share of a clean step the data/comm/host/straggler injection
+  adds unless ``data_slowdown_s``/``comm_pad_mb``/``host_stall_s`` fix it;
 - **measurement**: ``warmup_steps`` (excluded from timing), ``profile_dir`` (one Chrome trace per
   rank; ``profile_steps`` = how many of the last steps to record), ``peak_flops`` (per device; None →
   :func:`labkit.hardware.resolve_peak`).
@@ -31,7 +33,7 @@ from labkit import checks
 
 PARALLEL = ("single", "ddp", "fsdp", "fsdp1")
 DTYPES = ("fp32", "bf16")
-INJECTIONS = ("none", "data", "compute", "comm", "memory")
+INJECTIONS = ("none", "data", "compute", "comm", "memory", "host", "straggler")
 SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSDP1
 BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
 
@@ -63,10 +65,12 @@ class TrainConfig:
     seed: int = 0
     num_workers: int = 0
     data_slowdown_s: float = 0.0        # sleep per sample in the loader (labkit.data.SlowDataset)
-    inject: str = "none"                # "none" | "data" | "compute" | "comm" | "memory"
-    inject_share: float = 0.4           # share of a clean step the data/comm injection adds
+    inject: str = "none"                # one of INJECTIONS (labkit.train.inject)
+    inject_share: float = 0.4           # share of a clean step the data/comm/host/straggler injection adds
     comm_pad_mb: float = 0.0            # extra all-reduce payload per step (inject="comm"; 0 → sized)
     memory_budget_mb: float | None = None  # activation budget (inject="memory"; None → half a sample's)
+    host_stall_s: float = 0.0           # per-step block outside any op (inject="host"/"straggler"; 0 → sized)
+    straggler_rank: int | None = None   # the slow rank of inject="straggler" (None → the last rank)
     profile_dir: str | None = None      # torch.profiler chrome traces, one file per rank
     profile_steps: int | None = None    # record the last N steps (None → up to 3 after 2 skipped)
     device: str = "auto"
@@ -110,6 +114,9 @@ class TrainConfig:
         checks.positive("TrainConfig.lr", self.lr)
         checks.nonneg("TrainConfig.data_slowdown_s", self.data_slowdown_s)
         checks.nonneg("TrainConfig.comm_pad_mb", self.comm_pad_mb)
+        checks.nonneg("TrainConfig.host_stall_s", self.host_stall_s)
+        if self.straggler_rank is not None:
+            checks.count("TrainConfig.straggler_rank", self.straggler_rank, at_least=0)
         checks.fraction("TrainConfig.inject_share", self.inject_share, open_low=True, open_high=True)
         if self.memory_budget_mb is not None:
             checks.positive("TrainConfig.memory_budget_mb", self.memory_budget_mb)

@@ -3,24 +3,30 @@
 Chapters 2, 9 and 14 (and ``labkit diagnose --inject``) check that :func:`labkit.diagnose.diagnose`
 names a bottleneck we *made*. Each injection changes one thing of the reference run:
 
-========== ============================================================================
-inject      what changes
-========== ============================================================================
-``data``    the loader sleeps per sample (a slow decode / remote read; ``data_slowdown_s``)
-``comm``    one extra all-reduce of ``comm_pad_mb`` per step after backward (an oversized bucket)
-``compute`` micro-batches of one sequence, accumulated to the same tokens per step: GEMMs of
-            ``seq_len`` rows instead of ``micro_batch × seq_len``, so per-op overhead dominates
-``memory``  an activation budget smaller than the micro-batch needs: the micro-batch halves until
-            it fits (accumulation keeps the global batch); if even one sequence does not fit,
-            activations are recomputed (checkpointing)
-========== ============================================================================
+============= ============================================================================
+inject        what changes
+============= ============================================================================
+``data``      the loader sleeps per sample (a slow decode / remote read; ``data_slowdown_s``)
+``comm``      one extra all-reduce of ``comm_pad_mb`` per step after backward (an oversized bucket)
+``compute``   micro-batches of one sequence, accumulated to the same tokens per step: GEMMs of
+              ``seq_len`` rows instead of ``micro_batch × seq_len``, so per-op overhead dominates
+``memory``    an activation budget smaller than the micro-batch needs: the micro-batch halves until
+              it fits (accumulation keeps the global batch); if even one sequence does not fit,
+              activations are recomputed (checkpointing)
+``host``      every rank's training thread blocks ``host_stall_s`` once per step outside any op and
+              any meter phase — what a hidden host sync (``.item()``, a print of a tensor, a blocking
+              log write) costs on a GPU, where the host then waits for the device; on CPU there is no
+              device queue to wait for, so the block is a sleep (SIMULATED cost, real time)
+``straggler`` the same block on one rank only (``straggler_rank``, default the last): a slow node or
+              a busy host; the other ranks wait for it inside the next step's gradient all-reduce
+============= ============================================================================
 
 :func:`plan` applies the compute and memory injections to the config before the model is built.
-:func:`size_injection` sizes the data and comm injections against *this machine's own clean step*
-(two un-injected steps are timed first) so that they add ``inject_share`` of a step whatever the load
-on a shared machine; ``data_slowdown_s`` / ``comm_pad_mb`` fix them instead. What was used is in the
-record's config (``data_slowdown_s_used``, ``comm_pad_mb_used``, ``micro_batch_requested``,
-``memory_budget_bytes``).
+:func:`size_injection` sizes the data, comm, host and straggler injections against *this machine's own
+clean step* (two un-injected steps are timed first) so that they add ``inject_share`` of a step whatever
+the load on a shared machine; ``data_slowdown_s`` / ``comm_pad_mb`` / ``host_stall_s`` fix them instead. What
+was used is in the record's config (``data_slowdown_s_used``, ``comm_pad_mb_used``,
+``host_stall_s_used``, ``micro_batch_requested``, ``memory_budget_bytes``).
 
 Taught in chapter 14 (systematic diagnosis) and chapter 2 (the five bottleneck families).
 """
@@ -72,21 +78,36 @@ def _n_params(cfg) -> int:
     return n_params(cfg.model_config.shape())
 
 
-def size_injection(cfg, clean_step_s: float, allreduce_bytes_per_s: float) -> tuple[float, float]:
-    """(sleep per sample in s, all-reduce padding in MB) that make the data or comm injection add
-    ``inject_share`` of a step: extra = share / (1 − share) × clean step. Fixed sizes win. Chapter 14."""
+def size_injection(cfg, clean_step_s: float, allreduce_bytes_per_s: float) -> tuple[float, float, float]:
+    """(sleep per sample in s, all-reduce padding in MB, host stall per step in s) that make the data,
+    comm, host or straggler injection add ``inject_share`` of a step: extra = share / (1 − share) ×
+    clean step. Fixed sizes win. Chapter 14."""
     extra = cfg.inject_share / (1 - cfg.inject_share) * clean_step_s
-    slow = pad = 0.0
+    slow = pad = stall = 0.0
     if cfg.inject == "data":
         slow = cfg.data_slowdown_s or extra / (cfg.micro_batch * cfg.accum)
     if cfg.inject == "comm":
         pad = cfg.comm_pad_mb or extra * allreduce_bytes_per_s / MIB
-    return slow, pad
+    if cfg.inject in ("host", "straggler"):
+        stall = cfg.host_stall_s or extra
+    return slow, pad, stall
 
 
-def calibrate(cfg, clean_step, device) -> tuple[float, float]:
+def stalls_here(cfg, rank: int, world_size: int) -> bool:
+    """Whether this rank blocks in a host or straggler injection. Taught in chapter 14."""
+    if cfg.inject == "host":
+        return True
+    if cfg.inject == "straggler":
+        slow = world_size - 1 if cfg.straggler_rank is None else cfg.straggler_rank
+        if slow >= world_size:
+            raise ValueError(f"straggler_rank={slow} is not a rank of this run; use 0..{world_size - 1}")
+        return rank == slow
+    return False
+
+
+def calibrate(cfg, clean_step, device) -> tuple[float, float, float]:
     """Time two clean steps (``clean_step()``) and one all-reduce on every rank, agree on the sizes
-    (the largest over ranks, so every rank pads the same) and return :func:`size_injection`'s pair."""
+    (the largest over ranks, so every rank pads the same) and return :func:`size_injection`'s triple."""
     import time
 
     import torch
@@ -110,9 +131,9 @@ def calibrate(cfg, clean_step, device) -> tuple[float, float]:
         # the bandwidth from the rank that arrived last (the others' time includes waiting for it)
         dist.all_reduce(t_ar, op=dist.ReduceOp.MIN)
         bw = buf.numel() * 4 / max(float(t_ar[0]), 1e-6)
-    slow, pad = size_injection(cfg, t_clean, bw if bw != float("inf") else 0.0)
+    slow, pad, stall = size_injection(cfg, t_clean, bw if bw != float("inf") else 0.0)
     if dist.is_initialized() and dist.get_world_size() > 1:
-        knobs = torch.tensor([slow, pad], dtype=torch.float64, device=device)
+        knobs = torch.tensor([slow, pad, stall], dtype=torch.float64, device=device)
         dist.all_reduce(knobs, op=dist.ReduceOp.MAX)
-        slow, pad = float(knobs[0]), float(knobs[1])
-    return slow, pad
+        slow, pad, stall = float(knobs[0]), float(knobs[1]), float(knobs[2])
+    return slow, pad, stall

@@ -11,6 +11,7 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
         backward  loss.backward()  — DDP/FSDP gradient sync only on the last micro-batch
     comm          only with inject="comm": the padded all-reduce
     optimizer     AdamW step, zero_grad
+    (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase
 
 Parallelism is applied from outside the model by :func:`labkit.train.parallel.parallelize`; bottleneck
 injections by :mod:`labkit.train.inject`; the record is built by :mod:`labkit.train.report`.
@@ -166,8 +167,8 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     if cfg.parallel == "single" and n > 1:
         raise ValueError(f"parallel='single' on {n} ranks would train {n} independent models; "
                          "use 'ddp' or 'fsdp'")
-    if cfg.inject == "comm" and n < 2:
-        raise ValueError("inject='comm' pads an all-reduce between ranks: run it on 2 or more ranks")
+    if cfg.inject in ("comm", "straggler") and n < 2:
+        raise ValueError(f"inject={cfg.inject!r} needs ranks that wait for each other: run it on 2 or more ranks")
     device = _device(cfg)
     requested = cfg
     cfg, facts = inject.plan(cfg, device)
@@ -177,24 +178,27 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
 
     probed = {}
 
-    def step(meter=None, pad=None, last=False):
+    def step(meter=None, pad=None, last=False, stall=0.0):
         loss = forward_backward(model, batches, cfg, device, meter)
         if pad is not None:
             from torch.profiler import record_function
 
-            with (meter.phase("comm") if meter else contextlib.nullcontext()), record_function("inject:comm_pad"):
+            with (meter.phase("comm") if meter else contextlib.nullcontext()), record_function("comm:all_reduce"):
                 dist.all_reduce(pad)
         with meter.phase("optimizer") if meter else contextlib.nullcontext():
             opt.step()
             if last and probe is not None:
                 probed.update(probe(model, opt, cfg))
             opt.zero_grad(set_to_none=True)
+        if stall:
+            time.sleep(stall)       # the host stall: in the step, in no op and no phase
         return loss
 
-    pad = None
-    if cfg.inject in ("data", "comm"):
-        slow, pad_mb = inject.calibrate(cfg, step, device)
-        facts.update(data_slowdown_s_used=slow, comm_pad_mb_used=pad_mb)
+    pad, stall = None, 0.0
+    if cfg.inject in ("data", "comm", "host", "straggler"):
+        slow, pad_mb, stall_s = inject.calibrate(cfg, step, device)
+        facts.update(data_slowdown_s_used=slow, comm_pad_mb_used=pad_mb, host_stall_s_used=stall_s)
+        stall = stall_s if inject.stalls_here(cfg, rank, n) else 0.0
         if slow:
             batches = _batches(cfg, slow, n, device)
         if pad_mb:
@@ -206,7 +210,7 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     with prof if prof is not None else contextlib.nullcontext():
         for i in range(cfg.steps):
             with meter.step():
-                losses.append(step(meter, pad, last=i == cfg.steps - 1))
+                losses.append(step(meter, pad, last=i == cfg.steps - 1, stall=stall))
             if prof is not None:
                 prof.step()
     wall = time.perf_counter() - t0

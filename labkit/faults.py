@@ -1,0 +1,154 @@
+"""Mystery runs: a short DDP run with one fault hidden in it, chosen by a seed (lab 2).
+
+A learner gets ``mystery_run(seed, out_dir)``: a profiled 2-rank gloo run of the reference trainer
+with one of the faults below injected (:mod:`labkit.train.inject`). Which one is not printed and not
+in the record: the record's config keeps only what every fault shares (model, batch, steps, seed …)
+plus ``mystery_seed`` — the injection knobs (``inject``, ``data_slowdown_s``, ``host_stall_s``,
+``straggler_rank``, the sizes used) are removed, so the configs of two mystery runs differ only in
+their seed. The learner has to find the fault from the evidence — meter phases (chapter 7), the trace
+breakdown and the stragglers table (chapters 8–9), :func:`labkit.diagnose.diagnose` (chapter 14) —
+and name its family; the grader recovers it from the seed with :func:`fault_of`.
+
+=============  ==============  ==========================================================================
+fault          family          what is injected (sized to one clean step: ``inject_share = 0.5``)
+=============  ==============  ==========================================================================
+slow_loader    data            the loader sleeps per sample: one clean step of waiting per step
+host_stall     scheduling      every rank's thread blocks once per step outside any op (a hidden sync)
+straggler      scheduling      one rank (chosen by the seed) blocks once per step; the other waits for it
+                               in the gradient all-reduce
+extra_sync     communication   an extra, un-overlapped all-reduce per step after backward (an
+                               oversized bucket), sized to one clean step at the measured bandwidth
+=============  ==============  ==========================================================================
+
+Why no "tiny buckets" fault: on CPU gloo ranks a DDP run with ``bucket_cap_mb=0.005`` (≈ 40 buckets
+per step) spends its exposed communication waiting for the other rank's main thread, so
+:func:`labkit.diagnose.diagnose` names it scheduling (peer wait), not communication — a fault whose
+evidence points to another family is a bad exercise. Compute and memory faults change the batch
+(micro-batch, recomputation) and so the record's config; they are taught in chapters 14–15 instead.
+
+Sizes are checked by ``tests/test_faults.py``: for each fault, a live run on 2 loaded CPU cores and
+``diagnose``'s primary family (and the stragglers table for ``straggler``).
+
+Taught in lab 2 (``labs/lab02_profiler``) and chapter 14 (systematic diagnosis).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit import checks
+from labkit.record import RunRecord
+
+__all__ = ["FAULTS", "Fault", "MysteryRun", "fault_of", "mystery_config", "mystery_run", "public_record", "seed_for"]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault of a mystery run: its name, the family chapter 2 files it under, the trainer's
+    injection that makes it, and one sentence of what happens. Taught in lab 2."""
+
+    name: str
+    family: str
+    inject: str
+    what: str
+
+
+FAULTS = {f.name: f for f in (
+    Fault("slow_loader", "data", "data", "the data loader sleeps per sample (a slow decode or remote read)"),
+    Fault("host_stall", "scheduling", "host",
+          "every rank's training thread blocks once per step outside any op (a hidden host sync)"),
+    Fault("straggler", "scheduling", "straggler",
+          "one rank blocks once per step; the others wait for it inside the gradient all-reduce"),
+    Fault("extra_sync", "communication", "comm",
+          "an extra all-reduce per step after backward, not overlapped with compute (an oversized bucket)"),
+)}
+
+INJECT_SHARE = 0.5          # every fault adds one clean step: share / (1 − share) × clean step = 1 × step
+# the injection knobs a mystery record must not show (plus what the trainer records of their sizes)
+# (and the trace folder, an absolute path); everything else is the same for every fault
+_HIDDEN = ("inject", "inject_share", "data_slowdown_s", "comm_pad_mb", "host_stall_s", "straggler_rank",
+           "data_slowdown_s_used", "comm_pad_mb_used", "host_stall_s_used", "micro_batch_requested",
+           "profile_dir", "label")
+
+
+def _digest(seed: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"labkit-mystery-run:{seed}".encode()).digest()[:8], "big")
+
+
+def _check_seed(seed) -> int:
+    return checks.count("seed", seed, at_least=0)
+
+
+def fault_of(seed: int) -> tuple[Fault, int]:
+    """(the fault, the slow rank for a straggler) of mystery run ``seed`` — what the grader checks
+    against; a learner finds it from evidence instead. Taught in lab 2."""
+    h = _digest(_check_seed(seed))
+    names = sorted(FAULTS)
+    return FAULTS[names[h % len(names)]], (h >> 8) % 2
+
+
+def seed_for(fault: str, start: int = 0) -> int:
+    """The smallest seed ≥ ``start`` whose mystery run has ``fault`` (for instructors and tests).
+    Taught in lab 2."""
+    if fault not in FAULTS:
+        raise ValueError(f"fault={fault!r} is not valid; choose one of {sorted(FAULTS)}")
+    seed = _check_seed(start)
+    while fault_of(seed)[0].name != fault:
+        seed += 1
+    return seed
+
+
+def mystery_config(seed: int, *, model: str = "tiny", seq_len: int | None = None, micro_batch: int = 8,
+                   steps: int = 10, warmup_steps: int = 2, device: str = "cpu"):
+    """The :class:`~labkit.train.TrainConfig` of mystery run ``seed`` (DDP, every step after the
+    warm-up profiled). It names the fault: the grader's and the tests' view, never shown to a learner.
+    Taught in lab 2."""
+    from labkit.train import TrainConfig
+
+    fault, slow_rank = fault_of(seed)
+    return TrainConfig(model=model, seq_len=seq_len, micro_batch=micro_batch, steps=steps,
+                       warmup_steps=warmup_steps, profile_steps=steps - warmup_steps, parallel="ddp",
+                       seed=_check_seed(seed), device=device, inject=fault.inject, inject_share=INJECT_SHARE,
+                       straggler_rank=slow_rank, label="mystery")
+
+
+@dataclass(frozen=True)
+class MysteryRun:
+    """What a learner gets back: rank 0's record (fault knobs removed from its config), the folder of
+    per-rank traces and their files. Its repr names the seed only. Taught in lab 2."""
+
+    seed: int
+    record: RunRecord = field(repr=False)
+    trace_dir: Path = field(repr=False)
+    trace_files: tuple = field(repr=False)
+
+    def __repr__(self) -> str:
+        return (f"MysteryRun(seed={self.seed}, {len(self.trace_files)} trace file(s) in "
+                f"{self.trace_dir.name}/, {self.record.summary()})")
+
+
+def public_record(record: RunRecord, seed: int) -> RunRecord:
+    """``record`` with the injection knobs removed from its config and ``mystery_seed`` added (in place;
+    returned). Taught in lab 2."""
+    record.config = {k: v for k, v in record.config.items() if k not in _HIDDEN}
+    record.config["mystery_seed"] = seed
+    record.label = "mystery"
+    return record
+
+
+def mystery_run(seed: int, out_dir, *, nprocs: int = 2, timeout_s: float = 600, **sizes) -> MysteryRun:
+    """Run mystery run ``seed`` on ``nprocs`` gloo ranks, its traces in ``out_dir`` (``rank{r}.json``,
+    older ones removed). ``sizes``: ``model``, ``seq_len``, ``micro_batch``, ``steps``,
+    ``warmup_steps``, ``device`` (:func:`mystery_config`). Taught in lab 2."""
+    from labkit.train import run
+
+    checks.count("nprocs", nprocs, at_least=2)      # a straggler and an all-reduce need two ranks
+    cfg = mystery_config(seed, **sizes)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("rank*.json"):
+        old.unlink()
+    record = run(cfg.replace(profile_dir=str(out)), nprocs, timeout_s=timeout_s)
+    files = tuple(sorted(str(p) for p in out.glob("rank*.json")))
+    return MysteryRun(seed, public_record(record, seed), out, files)
