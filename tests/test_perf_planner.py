@@ -51,8 +51,8 @@ def test_explain_names_the_deciding_term():
     best, run = p.predictions[:2]
     diffs = {k: run.terms()[k] - best.terms()[k] for k in best.terms()}
     key = max(diffs, key=diffs.get)
-    from labkit.perf.predict import _LABELS
-    assert f"Decided by {_LABELS[key]}" in p.explain() or "A tie in time" in p.explain()
+    from labkit.perf.predict import TERM_LABELS
+    assert f"Decided by {TERM_LABELS[key]}" in p.explain() or "A tie in time" in p.explain()
 
 
 def test_no_feasible_layout_is_explained_and_best_raises():
@@ -71,8 +71,27 @@ def test_no_feasible_layout_is_explained_and_best_raises():
     (dict(n_gpus=65), r"n_gpus=65"),
     (dict(schedule="interleaved"), r"schedule='interleaved'"),
     (dict(global_batch=0), r"global_batch=0"),
+    (dict(virtual_stages=(1,)), r"virtual_stages item=1"),
+    (dict(virtual_stages=2), r"virtual_stages must be a list"),
 ])
 def test_bad_arguments(kw, match):
     args = dict(global_batch=64, seq_len=1024) | kw
     with pytest.raises(ValueError, match=match):
         plan("llama3-8b", cluster("dgx-a100"), **args)
+
+
+def test_interleaved_schedules_are_searched_and_shrink_the_bubble():
+    """With pp > 1 the planner tries v model chunks per stage (v dividing layers / pp): the interleaved
+    layout's bubble is the 1F1B one divided by v, and its pipeline sends are v times as many."""
+    args = dict(global_batch=64, seq_len=4096, micro_batches=(1,), strategies=("zero1",), recompute=("selective",))
+    p = plan("llama3-70b", cluster("a100-25gbe"), **args)
+    by = {(q.layout.dp, q.layout.tp, q.layout.pp, q.layout.virtual_stages): q for q in p.predictions}
+    pairs = [(k, k[:3] + (v,)) for k in by if k[3] == 1 and k[2] > 1 for v in (2, 4) if k[:3] + (v,) in by]
+    assert pairs, sorted(by)
+    for one, inter in pairs:
+        a, b = by[one], by[inter]
+        assert b.layout.schedule == "interleaved" and a.layout.schedule == "1f1b"
+        assert b.terms()["bubble"] == pytest.approx(a.terms()["bubble"] / inter[3], rel=1e-9)
+        assert b.comm_s["pp"] == pytest.approx(a.comm_s["pp"] * inter[3], rel=1e-9)
+    assert all(q.layout.virtual_stages == 1 for q in plan("llama3-70b", cluster("a100-25gbe"), virtual_stages=(),
+                                                          **args).predictions)

@@ -1,7 +1,9 @@
 """The layout planner: enumerate the layouts of a model on a cluster, keep those that fit, rank them.
 
 For every dp × tp × pp = GPUs (tp dividing the heads and, unless allowed, at most the GPUs of a node;
-pp dividing the layers), every micro-batch that divides the global batch, every DP strategy and every
+pp dividing the layers), every pipeline schedule (``schedule``, and with pp > 1 the interleaved one with
+each of ``virtual_stages`` model chunks per stage that divides the layers: a smaller bubble, (p−1)/(v·m),
+for v times the pipeline sends), every micro-batch that divides the global batch, every DP strategy and every
 recompute policy, :func:`labkit.perf.predict.predict` gives the step; layouts whose predicted memory
 exceeds ``memory_fraction`` of a GPU's memory are set aside with the reason. The rest are ranked by
 predicted tokens/s (ties: less memory first). :meth:`Plan.explain` says which term of the step decides
@@ -15,10 +17,11 @@ Taught in chapter 24 (choosing a parallel layout) and lab10 (planner).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 
 from labkit import checks
 from labkit.perf.layout import RECOMPUTE, SCHEDULES, STRATEGIES, Cluster, Layout
-from labkit.perf.predict import _LABELS, TERMS, Prediction, predict, resolve_model
+from labkit.perf.predict import TERM_LABELS, TERMS, Prediction, predict, resolve_model
 
 __all__ = ["Plan", "plan"]
 
@@ -89,7 +92,7 @@ class Plan:
                 out.append(f"A tie in time: the winner ranks first on memory ({best.memory['total'] / 2**30:.1f} vs "
                            f"{run.memory['total'] / 2**30:.1f} GiB per GPU).")
             else:
-                out.append(f"Decided by {_LABELS[key]}: {tb[key] * 1e3:,.1f} ms in the winner vs {tr[key] * 1e3:,.1f} "
+                out.append(f"Decided by {TERM_LABELS[key]}: {tb[key] * 1e3:,.1f} ms in the winner vs {tr[key] * 1e3:,.1f} "
                            f"ms in the runner-up (step {best.step_s * 1e3:,.1f} vs {run.step_s * 1e3:,.1f} ms)."
                            + _others(diffs, key))
         g = c.gpus_per_node
@@ -110,20 +113,21 @@ class Plan:
 
 
 def _others(diffs: dict, key: str) -> str:
-    rest = [f"{_LABELS[k]} {v * 1e3:+,.1f} ms" for k, v in sorted(diffs.items(), key=lambda kv: -abs(kv[1]))
+    rest = [f"{TERM_LABELS[k]} {v * 1e3:+,.1f} ms" for k, v in sorted(diffs.items(), key=lambda kv: -abs(kv[1]))
             if k != key and abs(v) > 1e-6][:3]
     return (" Other differences (runner-up − winner): " + ", ".join(rest) + ".") if rest else ""
 
 
 def plan(model, cluster: Cluster, *, global_batch: int, seq_len: int | None = None, achievable=0.5,
          method: str = "palm", dtype: str = "bf16", strategies=STRATEGIES, recompute=RECOMPUTE,
-         micro_batches=(1, 2, 4, 8), schedule: str = "1f1b", allow_cross_node_tp: bool = False,
+         micro_batches=(1, 2, 4, 8), schedule: str = "1f1b", virtual_stages=(2, 4), allow_cross_node_tp: bool = False,
          sequence_parallel: bool = True, flash_attention: bool = True, memory_fraction: float = 0.9,
          n_gpus: int | None = None) -> Plan:
     """Enumerate, predict and rank the layouts of ``model`` on ``cluster`` (module docstring).
 
     ``n_gpus``: GPUs to use (default all of the cluster). ``strategies``, ``recompute``,
-    ``micro_batches``: the choices searched. ``allow_cross_node_tp``: also try tp > GPUs per node.
+    ``micro_batches``: the choices searched. ``virtual_stages``: model chunks per stage tried with the
+    interleaved schedule when pp > 1 (``()``: only ``schedule``). ``allow_cross_node_tp``: also try tp > GPUs per node.
     ``memory_fraction``: share of a GPU's memory a layout may use (the rest for buffers, fragmentation,
     the CUDA context). Other arguments as :func:`labkit.perf.predict.predict`.
 
@@ -138,6 +142,10 @@ def plan(model, cluster: Cluster, *, global_batch: int, seq_len: int | None = No
     strategies, recompute = _choices("strategies", strategies, STRATEGIES), _choices("recompute", recompute, RECOMPUTE)
     mbs = tuple(checks.count("micro_batches item", m) for m in _seq("micro_batches", micro_batches))
     checks.one_of("schedule", schedule, SCHEDULES[:2])
+    if isinstance(virtual_stages, str) or not isinstance(virtual_stages, (list, tuple)):
+        raise checks.ArgumentTypeError(f"virtual_stages must be a list or tuple (may be empty), got "
+                                       f"{type(virtual_stages).__name__} {virtual_stages!r:.60}")
+    vs = tuple(checks.count("virtual_stages item", v, at_least=2) for v in virtual_stages)
     allow = checks.flag("allow_cross_node_tp", allow_cross_node_tp)
     frac = checks.fraction("memory_fraction", memory_fraction, open_low=True)
     limit = frac * cluster.memory_bytes
@@ -150,20 +158,20 @@ def plan(model, cluster: Cluster, *, global_batch: int, seq_len: int | None = No
             if shape.n_layers % pp:
                 continue
             dp = world // (tp * pp)
+            scheds = [(schedule, 1)] + [("interleaved", v) for v in vs if pp > 1 and shape.n_layers % (pp * v) == 0]
             for mb in mbs:
                 if B % (mb * dp):
                     continue
-                for strat in (strategies if dp > 1 else strategies[:1]):
-                    for rc in recompute:
-                        lay = Layout(dp=dp, tp=tp, pp=pp, strategy=strat, micro_batch=mb, schedule=schedule,
-                                     recompute=rc, dtype=dtype, sequence_parallel=sequence_parallel and tp > 1,
-                                     flash_attention=flash_attention)
-                        p = predict(shape, lay, cluster, global_batch=B, achievable=achievable, method=method)
-                        if p.memory["total"] > limit:
-                            rejected.append((lay, f"needs {p.memory['total'] / 2**30:.1f} GiB per GPU > "
-                                                  f"{limit / 2**30:.1f} GiB"))
-                        else:
-                            preds.append(p)
+                for (sched, v), strat, rc in product(scheds, strategies if dp > 1 else strategies[:1], recompute):
+                    lay = Layout(dp=dp, tp=tp, pp=pp, strategy=strat, micro_batch=mb, schedule=sched,
+                                 virtual_stages=v, recompute=rc, dtype=dtype,
+                                 sequence_parallel=sequence_parallel and tp > 1, flash_attention=flash_attention)
+                    p = predict(shape, lay, cluster, global_batch=B, achievable=achievable, method=method)
+                    if p.memory["total"] > limit:
+                        rejected.append((lay, f"needs {p.memory['total'] / 2**30:.1f} GiB per GPU > "
+                                              f"{limit / 2**30:.1f} GiB"))
+                    else:
+                        preds.append(p)
     preds.sort(key=lambda p: (p.step_s, p.memory["total"]))
     return Plan(model=shape.name or "model", cluster=cluster, global_batch=B, seq_len=shape.seq_len,
                 predictions=tuple(preds), rejected=tuple(rejected), memory_limit=limit)

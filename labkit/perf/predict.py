@@ -48,11 +48,11 @@ from labkit.memory.estimate import activation_bytes, model_state_bytes
 from labkit.perf.layout import Cluster, Layout
 from labkit.perf.steptime import StepParts, compute_time
 
-__all__ = ["Prediction", "predict", "resolve_model", "TERMS"]
+__all__ = ["Prediction", "predict", "resolve_model", "TERMS", "TERM_LABELS"]
 
 #: The step's terms, in the order :meth:`Prediction.terms` gives them.
 TERMS = ("compute", "bubble", "dp", "tp", "pp", "cp", "ep", "sync")
-_LABELS = {"compute": "compute", "bubble": "pipeline bubble", "dp": "DP gradients (exposed)",
+TERM_LABELS = {"compute": "compute", "bubble": "pipeline bubble", "dp": "DP gradients (exposed)",
            "tp": "TP all-reduces", "pp": "PP sends", "cp": "CP all-gathers", "ep": "EP all-to-alls", "sync": "sync"}
 _STATE_STRATEGY = {"ddp": "ddp", "zero1": "zero1", "zero2": "zero2", "zero3": "zero3", "fsdp": "fsdp_full"}
 
@@ -156,7 +156,7 @@ class Prediction:
             if k in ("tp", "pp", "cp", "ep") and k not in self.comm_s:
                 continue
             full = f"{self.comm_s[k] * 1e3:>12.2f}" if k in self.comm_s else ""
-            out.append(f"  {_LABELS[k]:<26}{v * 1e3:>12.2f}{v / step:>8.1%}{full}")
+            out.append(f"  {TERM_LABELS[k]:<26}{v * 1e3:>12.2f}{v / step:>8.1%}{full}")
         out += [f"  {'step':<26}{step * 1e3:>12.2f}{1:>8.0%}",
                 f"throughput {self.tokens_per_s:,.0f} tokens/s aggregate = {self.tokens_per_s_per_gpu:,.0f} "
                 f"tokens/s per GPU; MFU {self.mfu:.1%}, HFU {self.hfu:.1%}; efficiency {self.efficiency:.1%} of "
