@@ -113,6 +113,10 @@ class Feedback:
         return self.status == "correct"
 
 
+#: What a prediction is compared with (the word :meth:`Prediction.reveal` prints before the value).
+BASES = ("measured", "modelled", "computed")
+
+
 @dataclass(frozen=True)
 class Prediction:
     """A "predict, then measure" question: the learner writes a guess *before* a measurement runs.
@@ -120,7 +124,9 @@ class Prediction:
     Unlike a :class:`Question`, the answer does not exist when the question is asked — it is the
     measurement the next cells make. ``reveal`` compares the guess with it and says by how much the
     learner's mental model was off, and in which direction; ``tol_rel`` is how close counts as a good
-    prediction (default 25 %: a prediction is a model, not a measurement). Taught in chapter 1::
+    prediction (default 25 %: a prediction is a model, not a measurement). ``basis`` names where the value
+    comes from — "measured" (a live run), "modelled" (labkit's model or a SYNTHETIC artefact) or "computed"
+    (arithmetic on given numbers) — and is the word ``reveal`` prints. Taught in chapter 1::
 
         p = quiz.Prediction("ch05-p1", "How much faster will 2 ranks train than 1?", unit="×")
         p.show()
@@ -133,12 +139,15 @@ class Prediction:
     prompt: str
     unit: str = ""
     tol_rel: float = 0.25
+    basis: str = "measured"
 
     def __post_init__(self):
         if not isinstance(self.id, str) or not self.id:
             raise ValueError(f"Prediction id must be a non-empty string, got {self.id!r}")
         if not (0 < self.tol_rel < 1):
             raise ValueError(f"Prediction {self.id}: tol_rel must be in (0, 1), got {self.tol_rel!r}")
+        if self.basis not in BASES:
+            raise ValueError(f"Prediction {self.id}: basis={self.basis!r} is not valid; use one of {BASES}")
 
     def text(self) -> str:
         unit = f"  [unit: {self.unit}]" if self.unit else ""
@@ -153,7 +162,7 @@ class Prediction:
         if isinstance(measured, bool) or not isinstance(measured, numbers.Real) or not math.isfinite(measured):
             raise ValueError(f"Prediction {self.id}: measured must be a finite number, got {measured!r}")
         unit = f" {self.unit}" if self.unit else ""
-        got = f"measured {_fmt(measured)}{unit}"
+        got = f"{self.basis} {_fmt(measured)}{unit}"
         if guess is None or guess is Ellipsis:
             return Feedback(self.id, "unanswered",
                             f"no prediction written ({got}) — next time write a guess before the measurement runs")

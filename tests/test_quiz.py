@@ -116,5 +116,8 @@ def test_bad_predictions_rejected():
         quiz.Prediction("x", "p", tol_rel=0)
     with pytest.raises(ValueError, match="non-empty"):
         quiz.Prediction("", "p")
+    with pytest.raises(ValueError, match="basis='guessed' is not valid"):
+        quiz.Prediction("x", "p", basis="guessed")
+    assert "modelled 2" in quiz.Prediction("x", "p", basis="modelled").evaluate(1.0, 2.0).message
     with pytest.raises(ValueError, match="measured must be a finite number"):
         quiz.Prediction("x", "p").evaluate(1.0, float("nan"))

@@ -30,10 +30,10 @@ def labkit_names(code: str) -> set[str]:
     imported = {}
     for m in re.finditer(r"^from labkit(?:\.([\w.]+))? import ([^\n(]+)", code, re.M):
         base = "labkit" + (f".{m.group(1)}" if m.group(1) else "")
-        for name in m.group(2).split(","):
-            name = name.split(" as ")[-1].strip()
-            if name:
-                imported[name] = f"{base}.{name.split(' as ')[0].strip()}"
+        for item in m.group(2).split(","):
+            real, _, alias = (x.strip() for x in item.partition(" as "))
+            if real:
+                imported[alias or real] = f"{base}.{real}"
     found = {m.group(0).rstrip(".") for m in re.finditer(r"\blabkit(?:\.\w+)+", code)}
     for alias, full in imported.items():
         found.add(full)
@@ -123,7 +123,7 @@ def _is_labkit_callable(obj) -> bool:
     """A function or class that labkit defines (not an exception, not a builtin method of a labkit constant)."""
     if isinstance(obj, type) and issubclass(obj, BaseException):
         return False
-    return callable(obj) and getattr(obj, "__module__", "").startswith("labkit")
+    return callable(obj) and (getattr(obj, "__module__", None) or "").startswith("labkit")
 
 
 def _get(dotted: str):
