@@ -132,7 +132,7 @@ class Prediction:
         p.show()
         my_prediction = None          # write your guess here, then run the measurement below
         ...                           # the measurement
-        p.reveal(my_prediction, measured=speedup, why="two ranks share two cores and a memory bus")
+        p.reveal(my_prediction, actual=speedup, why="two ranks share two cores and a memory bus")
     """
 
     id: str
@@ -157,32 +157,33 @@ class Prediction:
         """Print the question; the learner answers in the next cell, before the measurement runs."""
         print(self.text())
 
-    def evaluate(self, guess: Any, measured: float) -> Feedback:
-        """Compare ``guess`` with ``measured`` without printing (``reveal`` prints this)."""
-        if isinstance(measured, bool) or not isinstance(measured, numbers.Real) or not math.isfinite(measured):
-            raise ValueError(f"Prediction {self.id}: measured must be a finite number, got {measured!r}")
+    def evaluate(self, guess: Any, actual: float) -> Feedback:
+        """Compare ``guess`` with ``actual`` (the value the cells produced) without printing (``reveal``
+        prints this)."""
+        if isinstance(actual, bool) or not isinstance(actual, numbers.Real) or not math.isfinite(actual):
+            raise ValueError(f"Prediction {self.id}: actual must be a finite number, got {actual!r}")
         unit = f" {self.unit}" if self.unit else ""
-        got = f"{self.basis} {_fmt(measured)}{unit}"
+        got = f"{self.basis} {_fmt(actual)}{unit}"
         if guess is None or guess is Ellipsis:
             return Feedback(self.id, "unanswered",
-                            f"no prediction written ({got}) — next time write a guess before the measurement runs")
+                            f"no prediction written ({got}) — next time write a guess before running the cells that produce it")
         if isinstance(guess, bool) or not isinstance(guess, numbers.Real) or not math.isfinite(guess):
             return Feedback(self.id, "wrong", f"a prediction is a finite number, got {guess!r} ({got})")
-        if measured == 0:
+        if actual == 0:
             off = abs(guess)
             close = off <= self.tol_rel
             detail = f"off by {_fmt(off)}{unit}"
         else:
-            rel = (guess - measured) / abs(measured)
+            rel = (guess - actual) / abs(actual)
             close = abs(rel) <= self.tol_rel
             detail = f"{abs(rel):.0%} {'too high' if rel > 0 else 'too low'}" if rel else "exact"
         status = "correct" if close else "wrong"
         verdict = "a good prediction" if close else "your model of the system missed something"
         return Feedback(self.id, status, f"you predicted {_fmt(guess)}{unit}, {got}: {detail} — {verdict}")
 
-    def reveal(self, guess: Any, *, measured: float, why: str = "") -> bool:
+    def reveal(self, guess: Any, *, actual: float, why: str = "") -> bool:
         """Print how the guess compares with the measurement (and ``why``, the mechanism); True when close."""
-        fb = self.evaluate(guess, measured)
+        fb = self.evaluate(guess, actual)
         mark = {"correct": "✔", "wrong": "✘", "unanswered": "…"}[fb.status]
         print(f"{mark} [{fb.question_id}] {fb.message}")
         if why:

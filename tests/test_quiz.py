@@ -100,10 +100,10 @@ def test_prediction_compares_guess_with_measurement(capsys):
     p = quiz.Prediction("t-p1", "speed-up of 2 ranks?", unit="×")
     p.show()
     assert "[t-p1] Predict before you measure: speed-up of 2 ranks?  [unit: ×]" in capsys.readouterr().out
-    assert p.reveal(1.8, measured=1.6, why="shared cores") is True       # 12.5 % high, inside 25 %
+    assert p.reveal(1.8, actual=1.6, why="shared cores") is True       # 12.5 % high, inside 25 %
     out = capsys.readouterr().out
     assert "you predicted 1.8 ×, measured 1.6 ×: 12% too high — a good prediction" in out and "why: shared cores" in out
-    assert p.reveal(2.0, measured=1.2) is False                           # 67 % high
+    assert p.reveal(2.0, actual=1.2) is False                           # 67 % high
     assert "67% too high — your model of the system missed something" in capsys.readouterr().out
     assert p.evaluate(0.5, 1.0).message.startswith("you predicted 0.5 ×, measured 1 ×: 50% too low")
     assert p.evaluate(None, 1.0).status == "unanswered"
@@ -119,5 +119,5 @@ def test_bad_predictions_rejected():
     with pytest.raises(ValueError, match="basis='guessed' is not valid"):
         quiz.Prediction("x", "p", basis="guessed")
     assert "modelled 2" in quiz.Prediction("x", "p", basis="modelled").evaluate(1.0, 2.0).message
-    with pytest.raises(ValueError, match="measured must be a finite number"):
+    with pytest.raises(ValueError, match="actual must be a finite number"):
         quiz.Prediction("x", "p").evaluate(1.0, float("nan"))
