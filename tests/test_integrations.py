@@ -151,3 +151,16 @@ def test_a_real_trainer_run_on_cpu_logs_tokens_per_s_and_mfu(tmp_path, monkeypat
         assert h["labkit/tokens_per_s"] > 0 and 0 < h["labkit/mfu"] < 1
         assert h["labkit/step_time_s"] > 0 and "labkit/forward_backward_s" in h
     assert cb.meter.n_steps == 4                          # 6 steps, 2 of warm-up
+
+
+def test_labkits_own_gpt_is_read_from_its_config():
+    """meter_for / flops_per_token_of on the course's GPT: its GPTConfig's shape, not a transformers reader."""
+    from labkit.models import GPT, gpt_config
+
+    cfg = gpt_config("tiny")
+    fpt, how = flops_per_token_of(GPT(cfg))
+    assert how == "palm:labkit GPTConfig" and fpt == flops.model_flops_per_token(cfg.shape(), method="palm")
+    fpt32, _ = flops_per_token_of(GPT(cfg), seq_len=32)
+    assert fpt32 < fpt                                   # the attention term shrinks with the sequence
+    meter = meter_for(GPT(cfg), tokens_per_step=4 * cfg.seq_len, dtype="fp32")
+    assert meter.flops_per_token == fpt

@@ -71,12 +71,15 @@ def matmul_params(module) -> int:
 
 def flops_per_token(model, *, seq_len: int | None = None, method: str = "palm") -> tuple[float, str]:
     """Training FLOPs per token of ``model`` and how they were found: from its ``config`` when it has a
-    ``transformers`` one (:func:`labkit.flops.model_flops_per_token`, ``method``), a
+    ``transformers`` one or is labkit's own GPT (:func:`labkit.flops.model_flops_per_token`, ``method``), a
     :class:`ModelShape` as is, else 6·N over :func:`matmul_params`. Taught in chapter 3 (FLOPs)."""
     if isinstance(model, ModelShape):
         s = model if seq_len is None else replace(model, seq_len=checks.count("seq_len", seq_len))
         return model_flops_per_token(s, method=method), f"{method}:ModelShape"
     cfg = getattr(model, "config", None)
+    if callable(getattr(cfg, "shape", None)):           # labkit's own GPT: its GPTConfig knows its shape
+        s = cfg.shape() if seq_len is None else replace(cfg.shape(), seq_len=checks.count("seq_len", seq_len))
+        return model_flops_per_token(s, method=method), f"{method}:labkit GPTConfig"
     if cfg is not None and not isinstance(cfg, dict):
         s = shape_from_config(cfg, seq_len)
         return model_flops_per_token(s, method=method), f"{method}:config({s.name or type(cfg).__name__})"
