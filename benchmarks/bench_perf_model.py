@@ -33,11 +33,12 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--link-iters", type=int, default=5)
     ap.add_argument("--target", type=float, default=0.15)
+    ap.add_argument("--rounds", type=int, default=1, help="repeat calibration + measurement; compare medians")
     a = ap.parse_args(argv)
     print(f"load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     t0 = time.perf_counter()
     v = perf_validate.validate(a.models, a.parallels, a.ranks, steps=a.steps + a.warmup, warmup_steps=a.warmup,
-                               target=a.target, link_iters=a.link_iters, progress=lambda s: print(f"# {s}"))
+                               target=a.target, link_iters=a.link_iters, rounds=a.rounds, progress=lambda s: print(f"# {s}"))
     print(v.format())
     print(f"wall time {time.perf_counter() - t0:.0f} s")
     return 0

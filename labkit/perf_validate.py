@@ -36,11 +36,9 @@ Assumptions, printed with every table:
 - without a concurrent rate (:func:`predict_step` given a 1-rank rate), ranks × threads beyond the cores
   slow compute by ranks × threads / cores (:func:`oversubscription`, a fair time-share).
 
-Why not :func:`labkit.perf.predict`: its :class:`~labkit.perf.Cluster` is a catalogued GPU with an
-HBM size, and its DP term is one all-reduce of all gradients (no per-bucket or per-unit latencies, no
-gloo reduce-scatter); :func:`~labkit.perf.steptime.data_parallel_comm_s` prices the collectives a
-:class:`~labkit.train.TrainConfig` issues (exact DDP buckets, FSDP units), so the steptime functions
-express a CPU run without stretching the cluster type.
+Why not :func:`labkit.perf.predict`: its Cluster is a catalogued GPU and its DP term one all-reduce of all
+gradients; :func:`~labkit.perf.steptime.data_parallel_comm_s` prices the collectives a TrainConfig issues
+(exact DDP buckets, FSDP units, gloo's reduce-scatter), without stretching the cluster type.
 
 Layer 3 (ARCHITECTURE.md): it launches ranks and measures; the prediction itself is labkit.perf's.
 Taught in chapter 5 (scaling), chapter 19 (DDP), chapter 20 (FSDP) and chapter 24 (choosing a layout:
@@ -53,14 +51,7 @@ import os
 from dataclasses import dataclass, field
 
 from labkit import checks
-from labkit.perf.steptime import (
-    compute_time,
-    concurrency_slowdown,
-    data_parallel_comm_s,
-    step_time,
-    unit_overhead_s,
-    wrapper_overhead_s,
-)
+from labkit.perf import steptime
 
 __all__ = ["PARALLELS", "oversubscription", "compute_rate", "StepPrediction", "predict_step", "wrapped_units",
            "measure_compute_rate", "measure_concurrent_rates", "fit_gloo_link", "measure_steps", "Calibration",
@@ -177,13 +168,13 @@ def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int
     mcfg = cfg.model_config
     fpt = flops.hardware_flops_per_token(mcfg.shape(), recompute="full" if cfg.checkpoint else "none")
     tokens = cfg.micro_batch * cfg.accum * n * mcfg.seq_len
-    compute = compute_time(tokens, flops_per_token=fpt, peak_flops=rate, n_devices=n, mfu=1.0) * over
+    compute = steptime.compute_time(tokens, flops_per_token=fpt, peak_flops=rate, n_devices=n, mfu=1.0) * over
     model = _meta_model(cfg) if params is None else params
-    comm = data_parallel_comm_s(cfg, model, mcfg.n_layers + 1, n, alpha_beta, reduce_scatter_as_all_reduce=True)
+    comm = steptime.data_parallel_comm_s(cfg, model, mcfg.n_layers + 1, n, alpha_beta, reduce_scatter_as_all_reduce=True)
     a = alpha_beta.alpha_s if alpha_beta is not None else 0.0
     b = alpha_beta.beta_s_per_byte if alpha_beta is not None else 0.0
     return StepPrediction(parallel=cfg.parallel, nranks=n, compute_s=compute, comm_s=comm,
-                          step_s=step_time(compute, comm, extra, overlap=False), oversubscription=over,
+                          step_s=steptime.step_time(compute, comm, extra, overlap=False), oversubscription=over,
                           flops_per_s=rate, alpha_s=a, beta_s_per_byte=b, cores=checks.count("cores", cores),
                           threads_per_rank=checks.count("threads_per_rank", threads_per_rank), overhead_s=extra)
 
@@ -291,12 +282,12 @@ class Calibration:
     sources: list = field(default_factory=list)
 
     def slowdown(self, model: str, n: int) -> float:
-        return concurrency_slowdown(self.rates[(model, 1)], self.rates[(model, n)])
+        return steptime.concurrency_slowdown(self.rates[(model, 1)], self.rates[(model, n)])
 
     def predict(self, cfg, n: int) -> StepPrediction:
         """The step of ``cfg`` (label = its model name) on ``n`` ranks from these measured inputs."""
         m, p = cfg.model, cfg.parallel
-        extra = wrapper_overhead_s(self.unit_s[(m, p)], self.units[(m, p)], cfg.accum, self.slowdown(m, n))
+        extra = steptime.wrapper_overhead_s(self.unit_s[(m, p)], self.units[(m, p)], cfg.accum, self.slowdown(m, n))
         return predict_step(cfg, n, flops_per_s=self.rates[(m, n)], alpha_beta=self.links.get(n), cores=self.cores,
                             threads_per_rank=self.threads_per_rank, concurrent_rate=True, overhead_s=extra)
 
@@ -329,7 +320,7 @@ def calibrate(cfgs: dict, counts, parallels=PARALLELS, *, threads_per_rank: int 
     steps = {k: r.step_time.median for k, r in zip(runs, recs, strict=True)}
     rates = {(m, 1): compute_rate(r) for (m, p), r in zip(runs, recs, strict=True) if p == "single"}
     units = {(m, p): wrapped_units(cfgs[m].replace(parallel=p)) for m in models for p in parallels}
-    unit_s = {(m, p): unit_overhead_s(steps[(m, p)], steps[(m, "single")], units[(m, p)], cfgs[m].accum)
+    unit_s = {(m, p): steptime.unit_overhead_s(steps[(m, p)], steps[(m, "single")], units[(m, p)], cfgs[m].accum)
               for m in models for p in parallels}
     links = {}
     for n in (n for n in counts if n > 1):
@@ -359,6 +350,7 @@ class Validation:
     calibration: Calibration
     target: float
     assumptions: list = field(default_factory=list)
+    rounds: list = field(default_factory=list)          # every round's rows, before the medians
 
     def format(self) -> str:
         cols = {"parallel": "config", "ranks": "ranks", "model": "size", "pred_compute_ms": "compute",
@@ -367,6 +359,8 @@ class Validation:
         t = self.table[list(cols)].rename(columns=cols)
         t["config"] = [{"ddp": "DDP", "fsdp": "FSDP2"}[p] for p in self.table["parallel"]]
         t["error"] = [f"{e:+.1%}" for e in self.table["error"]]
+        if len({r["round"] for r in self.rounds}) > 1:
+            t["spread"] = [f"{x:.0%}" for x in self.table["meas_spread"]]
         t[f"within {self.target:.0%}?"] = ["yes" if ok else "NO" for ok in self.table["met"]]
         met = int(self.table["met"].sum())
         return "\n".join([self.calibration.format(), "predicted vs measured (ms per optimizer step; compute, comm "
@@ -378,11 +372,14 @@ class Validation:
 
 def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *, micro_batch: dict | None = None,
              steps: int = 7, warmup_steps: int = 2, threads_per_rank: int = 1, target: float = 0.15,
-             link_iters: int = 5, timeout_s: float = 900, progress=None) -> Validation:
+             link_iters: int = 5, timeout_s: float = 900, rounds: int = 1, progress=None) -> Validation:
     """Calibrate this machine (:func:`calibrate`), predict every model × strategy × rank-count step from
     the calibration, then train each live on gloo ranks and compare with the median measured step.
     ``micro_batch``: {model: sequences per rank} (default 8 for "tiny", 4 for "small"); ``progress``: a
-    callable given one line per stage (e.g. ``print``).
+    callable given one line per stage (e.g. ``print``). ``rounds`` > 1 repeats calibration and measurement
+    (each round predicts only from its own calibration) and compares the median prediction with the median
+    measurement over the rounds; ``meas_spread`` (largest ÷ smallest measured median − 1) is the machine's
+    own run-to-run noise on that cell, the floor under any error the table can show.
     Taught in chapter 24 (how far to trust a model), chapter 5, chapter 19 and chapter 20.
     """
     import pandas as pd
@@ -401,24 +398,26 @@ def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *,
     mb = {**_MICRO_BATCH, **(micro_batch or {})}
     cfgs = {m: TrainConfig(model=m, micro_batch=checks.count(f"micro_batch[{m}]", mb.get(m, 4)), steps=steps,
                            warmup_steps=warmup_steps, dtype="fp32", device="cpu", label=m) for m in models}
-    cal = calibrate(cfgs, counts, parallels, threads_per_rank=threads_per_rank, link_iters=link_iters,
-                    timeout_s=timeout_s, say=say)
-    preds = {(m, p, n): cal.predict(cfgs[m].replace(parallel=p), n) for m in models for p in parallels
-             for n in counts}
+    n_rounds = checks.count("rounds", rounds)
     rows = []
-    for n in counts:
-        say(f"measuring: {len(models) * len(parallels)} runs on {n} rank(s)")
-        cells = [(m, p) for m in models for p in parallels]
-        measured = measure_steps([cfgs[m].replace(parallel=p, label=f"{m} {p} x{n}") for m, p in cells], n,
-                                 threads_per_rank=threads_per_rank, timeout_s=timeout_s)
-        for (m, p), rec in zip(cells, measured, strict=True):
-            pr, st = preds[(m, p, n)], rec.step_time
-            err = pr.step_s / st.median - 1
-            rows.append({"model": m, "parallel": p, "ranks": n, "pred_compute_ms": pr.compute_s * 1e3,
-                         "pred_comm_ms": pr.comm_s * 1e3, "pred_wrapper_ms": pr.overhead_s * 1e3,
-                         "pred_step_ms": pr.step_s * 1e3, "meas_step_ms": st.median * 1e3,
-                         "meas_p10_ms": st.p10 * 1e3, "meas_p90_ms": st.p90 * 1e3, "meas_steps": st.n,
-                         "error": err, "met": abs(err) <= target})
+    for r in range(n_rounds):
+        tag = f" (round {r + 1}/{n_rounds})" if n_rounds > 1 else ""
+        cal = calibrate(cfgs, counts, parallels, threads_per_rank=threads_per_rank, link_iters=link_iters,
+                        timeout_s=timeout_s, say=lambda line, tag=tag: say(line + tag))
+        preds = {(m, p, n): cal.predict(cfgs[m].replace(parallel=p), n) for m in models for p in parallels
+                 for n in counts}
+        for n in counts:
+            say(f"measuring: {len(models) * len(parallels)} runs on {n} rank(s){tag}")
+            cells = [(m, p) for m in models for p in parallels]
+            measured = measure_steps([cfgs[m].replace(parallel=p, label=f"{m} {p} x{n}") for m, p in cells], n,
+                                     threads_per_rank=threads_per_rank, timeout_s=timeout_s)
+            for (m, p), rec in zip(cells, measured, strict=True):
+                pr, st = preds[(m, p, n)], rec.step_time
+                rows.append({"model": m, "parallel": p, "ranks": n, "round": r, "pred_compute_ms": pr.compute_s * 1e3,
+                             "pred_comm_ms": pr.comm_s * 1e3, "pred_wrapper_ms": pr.overhead_s * 1e3,
+                             "pred_step_ms": pr.step_s * 1e3, "meas_step_ms": st.median * 1e3,
+                             "meas_p10_ms": st.p10 * 1e3, "meas_p90_ms": st.p90 * 1e3, "meas_steps": st.n})
+    table = _over_rounds(pd.DataFrame(rows), target)
     assumptions = [
         f"micro-batch per rank {', '.join(f'{m}: {mb.get(m, 4)}' for m in models)} sequences, fp32, "
         f"{threads_per_rank} thread(s) per rank, {cal.cores} cores",
@@ -429,4 +428,23 @@ def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *,
         "the 2- and 4-rank cells test the model",
         f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {cal.cores} cores",
     ]
-    return Validation(table=pd.DataFrame(rows), calibration=cal, target=target, assumptions=assumptions)
+    if n_rounds > 1:
+        assumptions.append(f"{n_rounds} rounds, each predicted from its own calibration: predicted and measured are "
+                           "medians over the rounds; spread = largest / smallest measured median - 1 (run-to-run "
+                           "noise of this machine on that cell; the calibration printed is the last round's)")
+    return Validation(table=table, calibration=cal, target=target, assumptions=assumptions, rounds=rows)
+
+
+def _over_rounds(rows, target: float):
+    """One row per cell: medians over the rounds of each predicted part and of the measured median step,
+    the error of the median prediction against the median measurement, and the measured spread."""
+    keys = ["model", "parallel", "ranks"]
+    parts = ["pred_compute_ms", "pred_comm_ms", "pred_wrapper_ms", "pred_step_ms", "meas_step_ms", "meas_p10_ms",
+             "meas_p90_ms", "meas_steps"]
+    g = rows.groupby(keys, sort=False)
+    t = g[parts].median().reset_index()
+    spread = g["meas_step_ms"].agg(lambda x: x.max() / x.min() - 1).reset_index(drop=True)
+    t["meas_spread"] = spread.to_numpy()
+    t["error"] = t["pred_step_ms"] / t["meas_step_ms"] - 1
+    t["met"] = t["error"].abs() <= target
+    return t

@@ -188,25 +188,7 @@ def test_calibrate_and_validate_never_predict_from_the_runs_they_check(monkeypat
     """With the launches replaced by fakes: calibration runs are their own (plain / 1-rank wrapped /
     concurrent plain, labelled 'calibration'), the validated runs are others, and each prediction is the
     calibration's arithmetic."""
-    launched = []
-
-    def rec(cfg, n, step):
-        mc = cfg.model_config
-        return SimpleNamespace(step_time=SimpleNamespace(median=step, p10=step, p90=step, n=3),
-                               tokens_per_step=cfg.micro_batch * mc.seq_len * n,
-                               hardware_flops_per_token=flops.hardware_flops_per_token(mc.shape()), n_devices=n)
-
-    def fake_steps(cfgs, n, **kw):
-        launched.append([(c.label, c.parallel, n) for c in cfgs])
-        return [rec(c, n, {"single": 0.1, "ddp": 0.1, "fsdp": 0.13}[c.parallel] * (1.5 if n > 1 else 1)) for c in cfgs]
-
-    def fake_concurrent(cfgs, n, **kw):
-        launched.append([(c.label, c.parallel, n) for c in cfgs])
-        return [pv.compute_rate(rec(c, 1, 0.1)) / 1.5 for c in cfgs]
-
-    monkeypatch.setattr(pv, "measure_steps", fake_steps)
-    monkeypatch.setattr(pv, "measure_concurrent_rates", fake_concurrent)
-    monkeypatch.setattr(pv, "fit_gloo_link", lambda n, **kw: _link(n))
+    launched = _fake_launches(monkeypatch)
     v = pv.validate(models=("tiny",), nranks=(1, 2), micro_batch={"tiny": 2}, steps=3, warmup_steps=1)
     calib, validated = [x for x in launched if "calibration" in x[0][0]], [x for x in launched if "calibration" not in x[0][0]]
     assert [c[1] for c in calib[0]] == ["single", "ddp", "fsdp"] and calib[1] == [("tiny x2 concurrent calibration",
@@ -220,6 +202,50 @@ def test_calibrate_and_validate_never_predict_from_the_runs_they_check(monkeypat
     assert row["pred_wrapper_ms"] == pytest.approx(0.03 * 1.5 * 1e3)
     text = v.format()
     assert "predicted ms" in text and "within 15%?" in text and "FSDP2" in text and "repeat a calibration" in text
+
+
+def _fake_launches(monkeypatch, machine_speed=lambda: 1.0):
+    """Replace every launch of perf_validate by arithmetic; returns the list of launches made. Validated
+    steps are slowed by ``machine_speed()`` (called once per launch: a machine whose speed drifts)."""
+    launched = []
+
+    def rec(cfg, n, step):
+        mc = cfg.model_config
+        return SimpleNamespace(step_time=SimpleNamespace(median=step, p10=step, p90=step, n=3),
+                               tokens_per_step=cfg.micro_batch * mc.seq_len * n,
+                               hardware_flops_per_token=flops.hardware_flops_per_token(mc.shape()), n_devices=n)
+
+    def fake_steps(cfgs, n, **kw):
+        launched.append([(c.label, c.parallel, n) for c in cfgs])
+        k = 1.0 if "calibration" in cfgs[0].label else machine_speed()
+        return [rec(c, n, k * {"single": 0.1, "ddp": 0.1, "fsdp": 0.13}[c.parallel] * (1.5 if n > 1 else 1))
+                for c in cfgs]
+
+    def fake_concurrent(cfgs, n, **kw):
+        launched.append([(c.label, c.parallel, n) for c in cfgs])
+        return [pv.compute_rate(rec(c, 1, 0.1)) / 1.5 for c in cfgs]
+
+    monkeypatch.setattr(pv, "measure_steps", fake_steps)
+    monkeypatch.setattr(pv, "measure_concurrent_rates", fake_concurrent)
+    monkeypatch.setattr(pv, "fit_gloo_link", lambda n, **kw: _link(n))
+    return launched
+
+
+def test_rounds_compare_medians_and_show_the_machines_own_spread(monkeypatch):
+    """Three rounds on a machine whose validated runs come out 1.0×, 1.3×, 1.1× as slow: each round is
+    calibrated and measured afresh, the table holds the median measurement (1.1×) and the spread (30 %)."""
+    speeds = iter([1.0, 1.0, 1.3, 1.3, 1.1, 1.1])           # two measurement launches (1 and 2 ranks) per round
+    launched = _fake_launches(monkeypatch, machine_speed=lambda: next(speeds))
+    v = pv.validate(models=("tiny",), parallels=("ddp",), nranks=(1, 2), micro_batch={"tiny": 2}, steps=3,
+                    warmup_steps=1, rounds=3)
+    assert len(v.rounds) == 6 and len(v.table) == 2 and sum("calibration" in x[0][0] for x in launched) == 6
+    row = v.table.set_index("ranks").loc[1]
+    assert row["meas_step_ms"] == pytest.approx(110.0) and row["meas_spread"] == pytest.approx(0.3)
+    assert row["error"] == pytest.approx(row["pred_step_ms"] / 110.0 - 1)
+    text = v.format()
+    assert "spread" in text and "30%" in text and "3 rounds" in text
+    with pytest.raises(ValueError, match="rounds=0"):
+        pv.validate(models=("tiny",), rounds=0)
 
 
 def _cfg_like(parallel):
