@@ -181,14 +181,16 @@ class Prediction:
         verdict = "a good prediction" if close else "your model of the system missed something"
         return Feedback(self.id, status, f"you predicted {_fmt(guess)}{unit}, {got}: {detail} — {verdict}")
 
-    def reveal(self, guess: Any, *, actual: float, why: str = "") -> bool:
-        """Print how the guess compares with the measurement (and ``why``, the mechanism); True when close."""
+    def reveal(self, guess: Any, *, actual: float, why: str = "") -> None:
+        """Print how the guess compares with the value the cells produced (and ``why``, the mechanism).
+
+        Returns nothing, so a notebook cell ending in it shows only the printed lines; :meth:`evaluate`
+        gives the verdict as a :class:`Feedback`."""
         fb = self.evaluate(guess, actual)
         mark = {"correct": "✔", "wrong": "✘", "unanswered": "…"}[fb.status]
         print(f"{mark} [{fb.question_id}] {fb.message}")
         if why:
             print(f"  why: {why}")
-        return fb.ok
 
 
 def _norm(s: str) -> str:
