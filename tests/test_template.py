@@ -41,20 +41,26 @@ def labkit_names(code: str) -> set[str]:
     return found
 
 
-def resolves(dotted: str) -> bool:
+def _get(dotted: str):
+    """The object a dotted name names: the longest importable module prefix, then attributes."""
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
         try:
             obj = importlib.import_module(".".join(parts[:i]))
         except ImportError:
             continue
-        try:
-            for attr in parts[i:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
-            return False
-        return True
-    return False
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(dotted)
+
+
+def resolves(dotted: str) -> bool:
+    try:
+        _get(dotted)
+    except (ImportError, AttributeError):
+        return False
+    return True
 
 
 def test_the_chapters_are_found():
@@ -124,19 +130,6 @@ def _is_labkit_callable(obj) -> bool:
     if isinstance(obj, type) and issubclass(obj, BaseException):
         return False
     return callable(obj) and (getattr(obj, "__module__", None) or "").startswith("labkit")
-
-
-def _get(dotted: str):
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        for attr in parts[i:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise ImportError(dotted)
 
 
 def test_labkit_names_reads_imports_and_aliases():
