@@ -6,7 +6,7 @@ First calibrate this machine with runs that are never the ones predicted (labkit
 the compute rate of rank 0 while N ranks train the same model independently with no communication (the
 achievable rate at N ranks: sharing cores, memory bandwidth, caches), the data-parallel wrapper's own
 seconds per unit from 1-rank DDP / FSDP2 runs against a 1-rank plain run, and α–β from the p10 of a gloo
-all-reduce sweep per rank count. Then predict each model size × {DDP, FSDP2} × rank count with
+sweep per collective type (all-reduce; FSDP2's all-gather and reduce-scatter) and rank count. Then predict each model size × {DDP, FSDP2} × rank count with
 labkit.perf.steptime's functions, train the same config live (warm-up steps, then the median of the
 measured steps), and print the calibrated terms with their sources and a table: config, ranks, size,
 predicted parts, predicted, measured, error %, within 15 %?. The goal (issue #15) is printed, never

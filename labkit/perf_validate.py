@@ -14,14 +14,16 @@ that are never the runs being predicted (:func:`calibrate`):
   same model give seconds per wrapped unit (DDP bucket, FSDP2 unit) and micro-batch
   (:func:`labkit.perf.steptime.unit_overhead_s`): FSDP2's gathers, frees, copies and hooks that a plain
   compute rate does not hold.
-- **communication**: α and β of the ring model fitted to a live gloo all-reduce sweep on N ranks, from
-  each size's p10 (the collective undisturbed, as ``benchmarks/bench_alpha_beta.py``); one fit per rank
-  count, so 4 ranks on 2 cores are fitted as they run.
+- **communication**: α and β of the ring model fitted to a live gloo sweep on N ranks of each collective
+  the wrappers issue — all-reduce (DDP), all-gather and reduce-scatter (FSDP2's ``all_gather_single`` /
+  ``reduce_scatter_single``; gloo runs them slower per call than its all-reduce) — from each size's p10
+  (the collective undisturbed, as ``benchmarks/bench_alpha_beta.py``); one fit per op and rank count
+  (:mod:`labkit.perf_validate_fit`), so 4 ranks on 2 cores are fitted as they run.
 
 The step of DDP or FSDP2 on N ranks is then (:func:`predict_step`, from :mod:`labkit.perf.steptime`)::
 
     compute  = compute_time(tokens, hardware FLOPs/token, rate of rank 0 with N ranks computing)
-    comm     = data_parallel_comm_s(cfg, model, units, N, α–β; gloo: reduce-scatter = all-reduce)
+    comm     = data_parallel_comm_s(cfg, model, units, N, α–β per collective type)
     wrapper  = per-unit seconds × units × micro-batches × concurrency slowdown (CPU work on shared cores)
     step     = compute + comm + wrapper
 
@@ -52,9 +54,10 @@ from dataclasses import dataclass, field
 
 from labkit import checks
 from labkit.perf import steptime
+from labkit.perf_validate_fit import fit_gloo_link, fit_gloo_links
 
 __all__ = ["PARALLELS", "oversubscription", "compute_rate", "StepPrediction", "predict_step", "wrapped_units",
-           "measure_compute_rate", "measure_concurrent_rates", "fit_gloo_link", "measure_steps", "Calibration",
+           "measure_compute_rate", "measure_concurrent_rates", "fit_gloo_link", "fit_gloo_links", "measure_steps", "Calibration",
            "calibrate", "Validation", "validate"]
 
 #: The data-parallel strategies validated here (TrainConfig.parallel names: "fsdp" is FSDP2).
@@ -138,13 +141,16 @@ def wrapped_units(cfg, params=None) -> int:
 
 
 def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int, threads_per_rank: int = 1,
-                 params=None, concurrent_rate: bool = False, overhead_s: float = 0.0) -> StepPrediction:
+                 params=None, concurrent_rate: bool = False, overhead_s: float = 0.0,
+                 op_links: dict | None = None) -> StepPrediction:
     """Predict one optimizer step of ``cfg`` (parallel "ddp" or "fsdp" = FSDP2) on ``nranks`` gloo ranks.
 
     ``flops_per_s``: achieved hardware FLOP/s of one rank — measured with ``nranks`` ranks computing at
     once (``concurrent_rate=True``, :func:`measure_concurrent_rates`) or alone (then ranks × threads beyond
     ``cores`` slow it by :func:`oversubscription`); ``alpha_beta``: the link fitted on ``nranks`` ranks
-    (:func:`fit_gloo_link`; None with 1 rank); ``overhead_s``: the wrapper's seconds per step
+    (:func:`fit_gloo_link`; None with 1 rank); ``op_links``: {"all_gather": α–β, "reduce_scatter": α–β}
+    fitted on ``nranks`` ranks (:func:`fit_gloo_links`) to price FSDP2's collectives with their own fits
+    (None: all priced with ``alpha_beta``, a reduce-scatter as an all-reduce); ``overhead_s``: the wrapper's seconds per step
     (:func:`labkit.perf.steptime.wrapper_overhead_s`); ``params``: the model or a parameter count (default:
     the GPT of ``cfg`` on the meta device, for the exact DDP buckets). See the module docstring.
     Taught in chapter 5 (scaling), chapter 19 (DDP) and chapter 20 (FSDP).
@@ -170,7 +176,8 @@ def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int
     tokens = cfg.micro_batch * cfg.accum * n * mcfg.seq_len
     compute = steptime.compute_time(tokens, flops_per_token=fpt, peak_flops=rate, n_devices=n, mfu=1.0) * over
     model = _meta_model(cfg) if params is None else params
-    comm = steptime.data_parallel_comm_s(cfg, model, mcfg.n_layers + 1, n, alpha_beta, reduce_scatter_as_all_reduce=True)
+    comm = steptime.data_parallel_comm_s(cfg, model, mcfg.n_layers + 1, n, alpha_beta, reduce_scatter_as_all_reduce=True,
+                                         op_links=op_links)
     a = alpha_beta.alpha_s if alpha_beta is not None else 0.0
     b = alpha_beta.beta_s_per_byte if alpha_beta is not None else 0.0
     return StepPrediction(parallel=cfg.parallel, nranks=n, compute_s=compute, comm_s=comm,
@@ -248,28 +255,12 @@ def measure_compute_rate(cfg, *, threads_per_rank: int = 1, timeout_s: float = 6
     return compute_rate(rec), rec
 
 
-def fit_gloo_link(nranks: int, *, sizes=None, iters: int = 5, stat: str = "p10", timeout_s: float = 300):
-    """α and β (:class:`labkit.comm.AlphaBeta`) of an all-reduce sweep on ``nranks`` gloo ranks.
-
-    ``sizes`` in bytes (default 64 KiB … 16 MiB, ×4: the tiny and small GPTs' buckets and FSDP units);
-    ``stat``: the per-size time fitted, "p10" (the collective undisturbed; default, as
-    ``benchmarks/bench_alpha_beta.py``) or "median". Taught in chapter 19 (DDP) and chapter 11 (α–β fits).
-    """
-    from labkit import comm
-
-    n = checks.count("nranks", nranks, at_least=2)
-    checks.one_of("stat", stat, ("median", "p10"))
-    sizes = comm.default_sizes(64 * 1024, 16 * 2**20, 4) if sizes is None else list(sizes)
-    t = comm.benchmark(["all_reduce"], sizes, n, iters=iters, warmup=2, backend="gloo", timeout_s=timeout_s).table
-    col = "time_us" if stat == "median" else "p10_us"
-    return comm.fit_alpha_beta(t["size"], t[col] * 1e-6, "all_reduce", n)
-
-
 @dataclass
 class Calibration:
     """This machine's measured inputs: ``rates[(model, n)]`` FLOP/s of rank 0 with n ranks computing,
     ``unit_s[(model, parallel)]`` wrapper seconds per unit and micro-batch, ``units[(model, parallel)]``,
-    ``links[n]`` (α–β), ``steps[(model, parallel)]`` the 1-rank median steps they came from, ``sources``
+    ``links[n]`` (all-reduce α–β), ``op_links[n]`` ({"all_gather", "reduce_scatter": α–β}, FSDP2's
+    collectives), ``steps[(model, parallel)]`` the 1-rank median steps they came from, ``sources``
     (how each term was measured). Taught in chapter 24 (calibrating a model before trusting it)."""
 
     rates: dict
@@ -280,6 +271,7 @@ class Calibration:
     cores: int
     threads_per_rank: int
     sources: list = field(default_factory=list)
+    op_links: dict = field(default_factory=dict)
 
     def slowdown(self, model: str, n: int) -> float:
         return steptime.concurrency_slowdown(self.rates[(model, 1)], self.rates[(model, n)])
@@ -289,7 +281,8 @@ class Calibration:
         m, p = cfg.model, cfg.parallel
         extra = steptime.wrapper_overhead_s(self.unit_s[(m, p)], self.units[(m, p)], cfg.accum, self.slowdown(m, n))
         return predict_step(cfg, n, flops_per_s=self.rates[(m, n)], alpha_beta=self.links.get(n), cores=self.cores,
-                            threads_per_rank=self.threads_per_rank, concurrent_rate=True, overhead_s=extra)
+                            threads_per_rank=self.threads_per_rank, concurrent_rate=True, overhead_s=extra,
+                            op_links=self.op_links.get(n))
 
     def format(self) -> str:
         out = [f"calibrated on this machine ({self.cores} cores, {self.threads_per_rank} thread(s) per rank):"]
@@ -299,8 +292,10 @@ class Calibration:
         for (m, p), u in sorted(self.unit_s.items()):
             out.append(f"  wrapper {m} {p}: {u * 1e3:.2f} ms per unit x {self.units[(m, p)]} units "
                        f"(1-rank {p} {self.steps[(m, p)] * 1e3:.1f} ms vs plain {self.steps[(m, 'single')] * 1e3:.1f} ms)")
-        out += [f"  link on {n} ranks: alpha {ab.alpha_s * 1e6:.1f} us/step, beta {ab.beta_s_per_byte * 1e9:.3f} ns/B "
-                f"({ab.bandwidth / 1e9:.2f} GB/s)" for n, ab in sorted(self.links.items())]
+        fits = [(n, "all_reduce", ab) for n, ab in self.links.items()]
+        fits += [(n, op, ab) for n, d in self.op_links.items() for op, ab in d.items()]
+        out += [f"  link on {n} ranks, {op}: alpha {ab.alpha_s * 1e6:.1f} us/step, beta {ab.beta_s_per_byte * 1e9:.3f} "
+                f"ns/B ({ab.bandwidth / 1e9:.2f} GB/s)" for n, op, ab in sorted(fits, key=lambda x: x[:2])]
         return "\n".join(out + ["sources:", *(f"  - {x}" for x in self.sources)])
 
 
@@ -308,7 +303,7 @@ def calibrate(cfgs: dict, counts, parallels=PARALLELS, *, threads_per_rank: int 
               link_stat: str = "p10", timeout_s: float = 900, say=lambda line: None) -> Calibration:
     """Measure this machine's inputs for ``cfgs`` ({model: TrainConfig}) on each rank count in ``counts``:
     one 1-rank launch (plain, then each wrapper, per model), one launch of n independent plain ranks per
-    n > 1, one all-reduce fit per n > 1. None of these runs is a run :func:`validate` predicts.
+    n > 1, one launch per n > 1 fitting all-reduce (and, with FSDP2, all-gather and reduce-scatter) α–β. None of these runs is a run :func:`validate` predicts.
     Taught in chapter 24."""
     from labkit.launcher.parent import cores_available
 
@@ -322,23 +317,28 @@ def calibrate(cfgs: dict, counts, parallels=PARALLELS, *, threads_per_rank: int 
     units = {(m, p): wrapped_units(cfgs[m].replace(parallel=p)) for m in models for p in parallels}
     unit_s = {(m, p): steptime.unit_overhead_s(steps[(m, p)], steps[(m, "single")], units[(m, p)], cfgs[m].accum)
               for m in models for p in parallels}
-    links = {}
+    links, op_links = {}, {}
+    fsdp_ops = ("all_gather", "reduce_scatter") if "fsdp" in parallels else ()
     for n in (n for n in counts if n > 1):
         say(f"calibrating: {n} independent plain ranks computing at once, no communication")
         single = [cfgs[m].replace(parallel="single", label=f"{m} x{n} concurrent calibration") for m in models]
         rates.update({(m, n): r for m, r in zip(models, measure_concurrent_rates(
             single, n, threads_per_rank=threads_per_rank, timeout_s=timeout_s), strict=True)})
-        say(f"calibrating: alpha-beta from a gloo all-reduce sweep on {n} ranks ({link_stat})")
-        links[n] = fit_gloo_link(n, iters=link_iters, stat=link_stat)
+        say(f"calibrating: alpha-beta from gloo {', '.join(('all_reduce', *fsdp_ops))} sweeps on {n} ranks ({link_stat})")
+        fits = fit_gloo_links(n, ("all_reduce", *fsdp_ops), iters=link_iters, stat=link_stat)
+        links[n] = fits.pop("all_reduce")
+        if fits:
+            op_links[n] = fits
     sources = [
         "compute: hardware FLOP/s of rank 0 while n ranks train the same model with parallel='single' and no "
         "communication (n = 1: alone); its own launch, not a validated run",
         "wrapper: (1-rank DDP or FSDP2 median step - 1-rank plain median step) / (units x micro-batches), >= 0; "
         "DDP units = gradient buckets, FSDP2 units = blocks + root; scaled by the compute slowdown at n ranks",
-        f"link: ring alpha-beta fitted to the {link_stat} of a gloo all-reduce sweep per rank count "
-        "(64 KiB-16 MiB)"]
+        f"link: ring alpha-beta fitted to the {link_stat} of a gloo sweep per collective type (all_reduce for DDP; "
+        "all_gather_single and reduce_scatter_single for FSDP2) and rank count (64 KiB-16 MiB)"]
     return Calibration(rates=rates, unit_s=unit_s, units=units, links=links, steps=steps,
-                       cores=cores_available(), threads_per_rank=threads_per_rank, sources=sources)
+                       cores=cores_available(), threads_per_rank=threads_per_rank, sources=sources,
+                       op_links=op_links)
 
 
 @dataclass
@@ -423,7 +423,7 @@ def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *,
         f"{threads_per_rank} thread(s) per rank, {cal.cores} cores",
         "no overlap: step = compute + communication + wrapper (a rank's gloo thread needs a core the compute "
         "holds); DDP: one all-reduce per bucket; FSDP2: per unit an all-gather in forward and in backward "
-        "(reshard_after_forward) and a reduce-scatter priced as an all-reduce (gloo has none)",
+        "(reshard_after_forward) and a reduce-scatter, each priced with its own gloo fit",
         "the 1-rank DDP/FSDP2 cells repeat a calibration configuration in a separate run (repeatability); "
         "the 2- and 4-rank cells test the model",
         f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {cal.cores} cores",

@@ -21,8 +21,8 @@ def _cfg(parallel="ddp", **kw):
     return TrainConfig(model="tiny", micro_batch=8, steps=3, warmup_steps=1, parallel=parallel, device="cpu", **kw)
 
 
-def _link(n, alpha=1e-4, beta=1e-9):
-    return AlphaBeta(alpha_s=alpha, beta_s_per_byte=beta, op="all_reduce", nranks=n)
+def _link(n, alpha=1e-4, beta=1e-9, op="all_reduce"):
+    return AlphaBeta(alpha_s=alpha, beta_s_per_byte=beta, op=op, nranks=n)
 
 
 def _compute(cfg, n, rate, over=1.0):
@@ -87,6 +87,72 @@ def test_fsdp2_step_prices_gloo_reduce_scatter_as_all_reduce():
     keep = pv.predict_step(_cfg("fsdp", reshard_after_forward=False), 2, flops_per_s=rate,
                            alpha_beta=_link(2, a, b), cores=2, params=P)
     assert keep.comm_s == pytest.approx(3 * all_gather + 3 * reduce_scatter)
+
+
+def test_fsdp2_collectives_priced_with_their_own_fits():
+    """op_links: FSDP2's all-gathers and reduce-scatters each take their own α–β (the reduce-scatter as a
+    ring reduce-scatter: its fit already holds how gloo runs it); DDP and a missing op keep alpha_beta."""
+    cfg, a, b = _cfg("fsdp"), 1e-4, 1e-9
+    ag_l, rs_l = _link(2, 3e-4, 2e-9, "all_gather"), _link(2, 5e-4, 4e-9, "reduce_scatter")
+    unit = 4 * P / 3
+    t = steptime.data_parallel_comm_s(cfg, P, 3, 2, _link(2, a, b), reduce_scatter_as_all_reduce=True,
+                                      op_links={"all_gather": ag_l, "reduce_scatter": rs_l})
+    all_gather = 3e-4 + 0.5 * unit * 2e-9                # (n−1)α + (n−1)/n·S·β, the all-gather fit
+    reduce_scatter = 5e-4 + 0.5 * unit * 4e-9            # the same ring formula, the reduce-scatter fit
+    assert t == pytest.approx(3 * 2 * all_gather + 3 * reduce_scatter)
+    only_ag = steptime.data_parallel_comm_s(cfg, P, 3, 2, _link(2, a, b), reduce_scatter_as_all_reduce=True,
+                                            op_links={"all_gather": ag_l})
+    assert only_ag == pytest.approx(3 * 2 * all_gather + 3 * (2 * a + unit * b))   # rs: all-reduce, alpha_beta
+    p = pv.predict_step(cfg, 2, flops_per_s=20e9, alpha_beta=_link(2, a, b), cores=2, params=P,
+                        op_links={"all_gather": ag_l, "reduce_scatter": rs_l})
+    assert p.comm_s == pytest.approx(t)
+    ddp = _cfg("ddp")
+    assert steptime.data_parallel_comm_s(ddp, P, 1, 2, _link(2, a, b), op_links={"all_gather": ag_l}) == \
+        pytest.approx(steptime.data_parallel_comm_s(ddp, P, 1, 2, _link(2, a, b)))
+    assert steptime.data_parallel_comm_s(cfg, P, 3, 1, None, op_links={"all_gather": _link(1)}) == 0.0
+    with pytest.raises(ValueError, match="op_links key='all_reduce'"):
+        steptime.data_parallel_comm_s(cfg, P, 3, 2, _link(2), op_links={"all_reduce": _link(2)})
+    with pytest.raises(ValueError, match="fitted on 4 ranks"):
+        steptime.data_parallel_comm_s(cfg, P, 3, 2, _link(2), op_links={"all_gather": _link(4)})
+    with pytest.raises(TypeError, match="op_links must be a dict"):
+        steptime.data_parallel_comm_s(cfg, P, 3, 2, _link(2), op_links=[ag_l])
+    with pytest.raises(TypeError, match="alpha_s and beta_s_per_byte"):
+        steptime.data_parallel_comm_s(cfg, P, 3, 2, _link(2), op_links={"all_gather": 1e-4})
+
+
+def test_fit_gloo_links_fits_each_collective_to_its_own_sweep(monkeypatch):
+    """A fake benchmark whose times follow a known ring α–β per op: each op's fit recovers its own."""
+    import pandas as pd
+
+    from labkit import comm
+    from labkit.comm.models import ring_time
+    from labkit.perf_validate_fit import fit_gloo_links
+
+    truth = {"all_reduce": (2e-4, 1e-9), "all_gather": (4e-4, 3e-9), "reduce_scatter": (9e-4, 5e-9)}
+    calls = []
+
+    def fake_benchmark(ops, sizes, n, **kw):
+        calls.append((tuple(ops), n, kw["backend"]))
+        rows = [{"op": op, "size": s, "p10_us": ring_time(op, s, n, alpha=truth[op][0], beta=truth[op][1]) * 1e6,
+                 "time_us": 2 * ring_time(op, s, n, alpha=truth[op][0], beta=truth[op][1]) * 1e6}
+                for op in ops for s in sizes]
+        return SimpleNamespace(table=pd.DataFrame(rows))
+
+    monkeypatch.setattr(comm, "benchmark", fake_benchmark)
+    fits = fit_gloo_links(4)
+    assert calls == [(("all_reduce", "all_gather", "reduce_scatter"), 4, "gloo")]
+    for op, (a, b) in truth.items():
+        assert fits[op].op == op and fits[op].nranks == 4
+        assert fits[op].alpha_s == pytest.approx(a, rel=1e-6) and fits[op].beta_s_per_byte == pytest.approx(b, rel=1e-6)
+    med = fit_gloo_links(2, ("reduce_scatter",), stat="median")
+    assert list(med) == ["reduce_scatter"] and med["reduce_scatter"].alpha_s == pytest.approx(2 * 9e-4, rel=1e-6)
+    assert pv.fit_gloo_link(2).op == "all_reduce"
+    with pytest.raises(ValueError, match="ops='broadcast'"):
+        fit_gloo_links(2, ("broadcast",))
+    with pytest.raises(ValueError, match="at least one"):
+        fit_gloo_links(2, ())
+    with pytest.raises(ValueError, match="nranks=1"):
+        fit_gloo_links(1)
 
 
 def test_one_rank_has_no_communication_and_default_params_build_the_meta_model():
@@ -182,6 +248,12 @@ def test_calibration_predicts_from_its_measured_terms():
     assert p2.step_s == pytest.approx(p2.compute_s + p2.comm_s + p2.overhead_s)
     text = cal.format()
     assert "slowdown x2.00" in text and "2.00 ms per unit x 3 units" in text and "a source" in text
+    ops = {"all_gather": _link(2, 3e-4, 2e-9, "all_gather"), "reduce_scatter": _link(2, 5e-4, 4e-9, "reduce_scatter")}
+    own = _cal(op_links={2: ops})
+    assert own.predict(cfg, 2).comm_s == pytest.approx(steptime.data_parallel_comm_s(
+        cfg, pv._meta_model(cfg), 3, 2, _link(2), reduce_scatter_as_all_reduce=True, op_links=ops))
+    assert own.predict(cfg, 2).comm_s != pytest.approx(p2.comm_s) and own.predict(cfg, 1).comm_s == 0.0
+    assert "2 ranks, all_gather: alpha 300.0 us/step" in own.format() and "reduce_scatter: alpha 500.0" in own.format()
 
 
 def test_calibrate_and_validate_never_predict_from_the_runs_they_check(monkeypatch):
@@ -193,6 +265,8 @@ def test_calibrate_and_validate_never_predict_from_the_runs_they_check(monkeypat
     calib, validated = [x for x in launched if "calibration" in x[0][0]], [x for x in launched if "calibration" not in x[0][0]]
     assert [c[1] for c in calib[0]] == ["single", "ddp", "fsdp"] and calib[1] == [("tiny x2 concurrent calibration",
                                                                                     "single", 2)]
+    assert [op for _, op, _ in calib[2]] == ["all_reduce", "all_gather", "reduce_scatter"]
+    assert set(v.calibration.op_links[2]) == {"all_gather", "reduce_scatter"} and v.calibration.links[2].op == "all_reduce"
     assert all(p != "single" for run in validated for _, p, _ in run) and len(validated) == 2
     cal = v.calibration
     assert cal.unit_s[("tiny", "fsdp")] == pytest.approx(0.03 / 3) and cal.unit_s[("tiny", "ddp")] == 0.0
@@ -227,7 +301,12 @@ def _fake_launches(monkeypatch, machine_speed=lambda: 1.0):
 
     monkeypatch.setattr(pv, "measure_steps", fake_steps)
     monkeypatch.setattr(pv, "measure_concurrent_rates", fake_concurrent)
-    monkeypatch.setattr(pv, "fit_gloo_link", lambda n, **kw: _link(n))
+    def fake_links(n, ops, **kw):
+        launched.append([("link calibration", op, n) for op in ops])
+        return {op: _link(n, alpha={"all_reduce": 1e-4, "all_gather": 3e-4, "reduce_scatter": 5e-4}[op], op=op)
+                for op in ops}
+
+    monkeypatch.setattr(pv, "fit_gloo_links", fake_links)
     return launched
 
 
@@ -238,7 +317,8 @@ def test_rounds_compare_medians_and_show_the_machines_own_spread(monkeypatch):
     launched = _fake_launches(monkeypatch, machine_speed=lambda: next(speeds))
     v = pv.validate(models=("tiny",), parallels=("ddp",), nranks=(1, 2), micro_batch={"tiny": 2}, steps=3,
                     warmup_steps=1, rounds=3)
-    assert len(v.rounds) == 6 and len(v.table) == 2 and sum("calibration" in x[0][0] for x in launched) == 6
+    assert len(v.rounds) == 6 and len(v.table) == 2 and sum("calibration" in x[0][0] for x in launched) == 9
+    assert [x for x in launched if x[0][0] == "link calibration"][0] == [("link calibration", "all_reduce", 2)]
     row = v.table.set_index("ranks").loc[1]
     assert row["meas_step_ms"] == pytest.approx(110.0) and row["meas_spread"] == pytest.approx(0.3)
     assert row["error"] == pytest.approx(row["pred_step_ms"] / 110.0 - 1)

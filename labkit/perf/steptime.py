@@ -124,7 +124,7 @@ def tokens_per_s_at(*, mfu: float, peak_flops: float, n_devices: int, flops_per_
 
 
 def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta, *,
-                         reduce_scatter_as_all_reduce: bool = False) -> float:
+                         reduce_scatter_as_all_reduce: bool = False, op_links: dict | None = None) -> float:
     """α–β estimate of the communication seconds per optimizer step of ``cfg`` (a
     :class:`labkit.train.TrainConfig`, ring model).
 
@@ -135,7 +135,12 @@ def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta, *,
     each (FSDP1 NO_SHARD: one all-reduce per unit). ``alpha_beta``: an object with ``alpha_s`` and
     ``beta_s_per_byte`` (:class:`labkit.comm.AlphaBeta`). ``reduce_scatter_as_all_reduce``: price each
     reduce-scatter as an all-reduce of its full input — gloo has no native reduce-scatter and runs it
-    that way (PLATFORM_NOTES), so use True for CPU ranks. Taught in chapter 19 and chapter 20.
+    that way (PLATFORM_NOTES), so use True for CPU ranks. ``op_links``: {"all_gather": α–β,
+    "reduce_scatter": α–β} fitted to sweeps of those collectives themselves
+    (:func:`labkit.perf_validate_fit.fit_gloo_links`): FSDP's all-gathers and reduce-scatters are then priced
+    with their own fit (each as its ring formula; the reduce-scatter fit already holds how the backend runs
+    it, so ``reduce_scatter_as_all_reduce`` no longer applies to it); ops missing from it use ``alpha_beta``.
+    Taught in chapter 19 and chapter 20.
     """
     rs_op = "all_reduce" if checks.flag("reduce_scatter_as_all_reduce", reduce_scatter_as_all_reduce) \
         else "reduce_scatter"
@@ -155,6 +160,7 @@ def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta, *,
     if alpha_beta is not None and not (hasattr(alpha_beta, "alpha_s") and hasattr(alpha_beta, "beta_s_per_byte")):
         raise checks.ArgumentTypeError(f"alpha_beta must have alpha_s and beta_s_per_byte (a labkit.comm.AlphaBeta) "
                                        f"or be None, got {type(alpha_beta).__name__} {alpha_beta!r:.60}")
+    links = _op_links(op_links, nranks)
     if nranks < 2 or alpha_beta is None:
         return 0.0
     a = checks.nonneg("alpha_beta.alpha_s", alpha_beta.alpha_s)
@@ -173,10 +179,34 @@ def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta, *,
             return n_units * ring_time("all_reduce", n_params * 4 / n_units, nranks, alpha=a, beta=b)
         reshard = cfg.sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
     pbytes = n_params * (2 if low else 4)
-    ag = ring_time("all_gather", pbytes / n_units, nranks, alpha=a, beta=b) * n_units
+    ag_a, ag_b = links.get("all_gather", (a, b))
+    ag = ring_time("all_gather", pbytes / n_units, nranks, alpha=ag_a, beta=ag_b) * n_units
+    if "reduce_scatter" in links:
+        rs_op, (a, b) = "reduce_scatter", links["reduce_scatter"]
     rs = ring_time(rs_op, n_params * 4 / n_units, nranks, alpha=a, beta=b) * n_units
     t = accum * ag * (2 if reshard else 1) + rs
     return checks.finite_result("communication seconds", t, params=params, alpha_beta=alpha_beta)
+
+
+def _op_links(op_links, nranks: int) -> dict:
+    """{op: (α, β)} of ``op_links`` ({"all_gather" / "reduce_scatter": AlphaBeta}), each checked: an
+    AlphaBeta-like object fitted on ``nranks`` ranks (when it says)."""
+    if op_links is None:
+        return {}
+    if not isinstance(op_links, dict):
+        raise checks.ArgumentTypeError(f"op_links must be a dict {{op: AlphaBeta}} or None, got "
+                                       f"{type(op_links).__name__} {op_links!r:.60}")
+    out = {}
+    for op, ab in op_links.items():
+        checks.one_of("op_links key", op, ("all_gather", "reduce_scatter"))
+        if not (hasattr(ab, "alpha_s") and hasattr(ab, "beta_s_per_byte")):
+            raise checks.ArgumentTypeError(f"op_links[{op!r}] must have alpha_s and beta_s_per_byte (a "
+                                           f"labkit.comm.AlphaBeta), got {type(ab).__name__} {ab!r:.60}")
+        if getattr(ab, "nranks", nranks) != nranks:
+            raise ValueError(f"op_links[{op!r}] was fitted on {ab.nranks} ranks, not nranks={nranks}")
+        out[op] = (checks.nonneg(f"op_links[{op!r}].alpha_s", ab.alpha_s),
+                   checks.nonneg(f"op_links[{op!r}].beta_s_per_byte", ab.beta_s_per_byte))
+    return out
 
 
 # ------------------------------------------------------------- terms calibrated on the machine itself
