@@ -124,17 +124,18 @@ def fit_unit_cycle(unit_bytes, cost_s, nranks: int, *, one_rank_s=(), n_rank_s=(
                      unit_bytes=tuple(x), cost_s=tuple(y), one_rank_s=tuple(one_rank_s), n_rank_s=tuple(n_rank_s))
 
 
-def _synthetic_units(unit_bytes: float, n_units: int):
+def _synthetic_units(unit_bytes: float, n_units: int, layers: int = _LAYERS_PER_UNIT):
     """A module of ``n_units`` units, each ``_LAYERS_PER_UNIT`` square bias-free Linear layers holding
     ``unit_bytes`` of fp32 parameters in all, and the width of its input."""
     import torch
 
-    d = max(8, round((unit_bytes / 4 / _LAYERS_PER_UNIT) ** 0.5))
-    unit = lambda: torch.nn.Sequential(*(torch.nn.Linear(d, d, bias=False) for _ in range(_LAYERS_PER_UNIT)))  # noqa: E731
+    d = max(8, round((unit_bytes / 4 / layers) ** 0.5))
+    unit = lambda: torch.nn.Sequential(*(torch.nn.Linear(d, d, bias=False) for _ in range(layers)))  # noqa: E731
     return torch.nn.Sequential(*(unit() for _ in range(n_units))), d
 
 
-def _cycle_cells(unit_bytes: list, n_units: int, iters: int, warmup: int) -> list:
+def _cycle_cells(unit_bytes: list, n_units: int, iters: int, warmup: int, batch: int = 1,
+                 layers: int = _LAYERS_PER_UNIT) -> list:
     """What each rank runs for the cycle calibration: per size, fully_shard each synthetic unit and the
     root, then time forward + backward of batch 1 (median over ``iters`` after ``warmup``); seconds per unit."""
     import statistics
@@ -148,11 +149,11 @@ def _cycle_cells(unit_bytes: list, n_units: int, iters: int, warmup: int) -> lis
     out, mesh = [], init_device_mesh("cpu", (dist.get_world_size(),))
     for ub in unit_bytes:
         torch.manual_seed(0)
-        model, d = _synthetic_units(ub, n_units)
+        model, d = _synthetic_units(ub, n_units, layers)
         for unit in model:
             fully_shard(unit, mesh=mesh, reshard_after_forward=True)
         fully_shard(model, mesh=mesh, reshard_after_forward=True)
-        x, times = torch.randn(1, d), []
+        x, times = torch.randn(batch, d), []
         for _ in range(warmup + iters):
             dist.barrier()
             t0 = time.perf_counter()
@@ -164,9 +165,10 @@ def _cycle_cells(unit_bytes: list, n_units: int, iters: int, warmup: int) -> lis
 
 
 def fsdp_unit_cycle(nranks: int, unit_bytes=CYCLE_UNIT_BYTES, *, n_units: int = 4, iters: int = 7, warmup: int = 2,
-                    timeout_s: float = 300) -> UnitCycle:
+                    batch: int = 1, layers_per_unit: int = _LAYERS_PER_UNIT, timeout_s: float = 300) -> UnitCycle:
     """Measure FSDP2's per-unit cycle on ``nranks`` gloo ranks (:class:`UnitCycle`): a synthetic module of
-    ``n_units`` units of each size in ``unit_bytes`` (fp32 bytes; 2 Linear layers each, batch 1), every unit
+    ``n_units`` units of each size in ``unit_bytes`` (fp32 bytes; ``layers_per_unit`` square Linear layers each,
+    input ``batch`` rows: 1 = negligible compute), every unit
     and the root ``fully_shard``-ed (reshard after forward), forward + backward timed on rank 0 (median of
     ``iters`` after ``warmup``, a barrier before each) on ``nranks`` ranks and on 1 rank (where FSDP2 runs no
     collective); cost = (n-rank − 1-rank) per unit, fitted as a + b·bytes. Two launches, neither of them a
@@ -177,11 +179,12 @@ def fsdp_unit_cycle(nranks: int, unit_bytes=CYCLE_UNIT_BYTES, *, n_units: int = 
     n = checks.count("nranks", nranks, at_least=2)
     sizes = [checks.positive("unit_bytes", b) for b in unit_bytes]
     k, it, wu = checks.count("n_units", n_units), checks.count("iters", iters), checks.count("warmup", warmup, at_least=0)
+    shape = (checks.count("batch", batch), checks.count("layers_per_unit", layers_per_unit))
     if len(set(sizes)) < 2:
         raise ValueError(f"unit_bytes must hold at least two distinct sizes to fit a + b·bytes, got {sizes}")
     env = {"OMP_NUM_THREADS": "1"}
-    alone = launch(_cycle_cells, 1, args=(sizes, k, it, wu), env=env, timeout_s=timeout_s, stream=False).value
-    many = launch(_cycle_cells, n, args=(sizes, k, it, wu), env=env, timeout_s=timeout_s, stream=False).value
+    alone = launch(_cycle_cells, 1, args=(sizes, k, it, wu, *shape), env=env, timeout_s=timeout_s, stream=False).value
+    many = launch(_cycle_cells, n, args=(sizes, k, it, wu, *shape), env=env, timeout_s=timeout_s, stream=False).value
     cost = [m - a for m, a in zip(many, alone, strict=True)]
     return fit_unit_cycle(sizes, cost, n, one_rank_s=alone, n_rank_s=many)
 

@@ -368,11 +368,12 @@ def test_unit_cycle_calibration_launches_only_the_synthetic_module(monkeypatch):
     monkeypatch.setattr(parent, "launch", fake_launch)
     c = fit.fsdp_unit_cycle(2, (0.5e6, 2e6, 5e6), n_units=3, iters=4, warmup=1)
     assert [(t, n) for t, n, _ in launches] == [(fit._cycle_cells, 1), (fit._cycle_cells, 2)]
-    assert all(a == ([0.5e6, 2e6, 5e6], 3, 4, 1) for _, _, a in launches)        # sizes and counts only
+    assert all(a == ([0.5e6, 2e6, 5e6], 3, 4, 1, 1, 2) for _, _, a in launches)  # sizes and counts only
     assert c.alpha_s == pytest.approx(3e-3) and c.beta_s_per_byte == pytest.approx(1e-9)
     assert c.one_rank_s == (1e-3,) * 3 and c.nranks == 2
     model, d = fit._synthetic_units(2e6, 3)
-    assert len(model) == 3 and all(isinstance(m, torch.nn.Linear) for m in model[0])
+    assert len(model) == 3 and all(isinstance(m, torch.nn.Linear) for m in model[0]) and len(model[0]) == 2
+    assert len(fit._synthetic_units(2e6, 1, layers=6)[0][0]) == 6
     assert sum(p.numel() for p in model[0].parameters()) * 4 == pytest.approx(2e6, rel=0.01) and d > 8
     with pytest.raises(ValueError, match="nranks=1"):
         fit.fsdp_unit_cycle(1)
