@@ -125,7 +125,7 @@ def fit_unit_cycle(unit_bytes, cost_s, nranks: int, *, one_rank_s=(), n_rank_s=(
 
 
 def _synthetic_units(unit_bytes: float, n_units: int, layers: int = _LAYERS_PER_UNIT):
-    """A module of ``n_units`` units, each ``_LAYERS_PER_UNIT`` square bias-free Linear layers holding
+    """A module of ``n_units`` units, each ``layers`` square bias-free Linear layers holding
     ``unit_bytes`` of fp32 parameters in all, and the width of its input."""
     import torch
 
@@ -137,7 +137,8 @@ def _synthetic_units(unit_bytes: float, n_units: int, layers: int = _LAYERS_PER_
 def _cycle_cells(unit_bytes: list, n_units: int, iters: int, warmup: int, batch: int = 1,
                  layers: int = _LAYERS_PER_UNIT) -> list:
     """What each rank runs for the cycle calibration: per size, fully_shard each synthetic unit and the
-    root, then time forward + backward of batch 1 (median over ``iters`` after ``warmup``); seconds per unit."""
+    root, then time forward + backward of ``batch`` rows (median over ``iters`` after ``warmup``, a barrier
+    before each); seconds per unit."""
     import statistics
     import time
 
