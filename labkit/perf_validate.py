@@ -19,11 +19,15 @@ that are never the runs being predicted (:func:`calibrate`):
   ``reduce_scatter_single``; gloo runs them slower per call than its all-reduce) — from each size's p10
   (the collective undisturbed, as ``benchmarks/bench_alpha_beta.py``); one fit per op and rank count
   (:mod:`labkit.perf_validate_fit`), so 4 ranks on 2 cores are fitted as they run.
+- **FSDP2's unit cycle at N ranks** (gathers, copies, waits, reduce-scatter; more than the bare collectives):
+  :func:`fsdp_unit_cycle`, a synthetic Linear stack on N ranks − 1 rank, a + b·bytes per unit; it *replaces*
+  the FSDP2 α–β seconds above (it contains the collectives), which are printed, not added.
 
 The step of DDP or FSDP2 on N ranks is then (:func:`predict_step`, from :mod:`labkit.perf.steptime`)::
 
     compute  = compute_time(tokens, hardware FLOPs/token, rate of rank 0 with N ranks computing)
-    comm     = data_parallel_comm_s(cfg, model, units, N, α–β per collective type)
+    comm     = data_parallel_comm_s(cfg, model, units, N, α–β per collective type)      (DDP)
+             = micro-batches × Σ_units (a + b·unit bytes), the calibrated unit cycle       (FSDP2)
     wrapper  = per-unit seconds × units × micro-batches × concurrency slowdown (CPU work on shared cores)
     step     = compute + comm + wrapper
 
@@ -31,20 +35,20 @@ Assumptions, printed with every table:
 
 - **no overlap**: a rank's gloo thread needs a core too; with every core computing, communication does
   not hide under the backward pass (PLATFORM_NOTES: overlap gains are invisible on 2 cores);
-- the wrapper's per-unit cost measured on 1 rank holds on N ranks, slowed as compute is;
+- the wrapper's per-unit cost measured on 1 rank holds on N ranks, slowed as compute is; FSDP2's extra cost
+  per unit on N ranks is that of a synthetic unit of the same bytes (a GPT block's hooks add none);
 - the 1-rank plain run's optimizer step, data loading and Python overheads count as compute;
 - the 1-rank DDP and FSDP2 cells repeat a calibration configuration (a separate run): they check
   repeatability, not the model; the 2- and 4-rank cells are the model's test.
-- without a concurrent rate (:func:`predict_step` given a 1-rank rate), ranks × threads beyond the cores
-  slow compute by ranks × threads / cores (:func:`oversubscription`, a fair time-share).
+- given a 1-rank rate, ranks × threads beyond the cores slow compute by their ratio (:func:`oversubscription`).
 
 Why not :func:`labkit.perf.predict`: its Cluster is a catalogued GPU and its DP term one all-reduce of all
 gradients; :func:`~labkit.perf.steptime.data_parallel_comm_s` prices the collectives a TrainConfig issues
 (exact DDP buckets, FSDP units, gloo's reduce-scatter), without stretching the cluster type.
 
-Layer 3 (ARCHITECTURE.md): it launches ranks and measures; the prediction itself is labkit.perf's.
-Taught in chapter 5 (scaling), chapter 19 (DDP), chapter 20 (FSDP) and chapter 24 (choosing a layout:
-how far to trust a model's numbers). Run ``benchmarks/bench_perf_model.py`` for the whole table.
+Layer 3 (ARCHITECTURE.md): it launches ranks and measures; the prediction is labkit.perf's (and the unit
+cycle's, :mod:`labkit.perf_validate_fit`). Taught in chapter 5 (scaling), chapter 19 (DDP), chapter 20 (FSDP)
+and chapter 24 (choosing a layout: how far to trust a model's numbers). Run ``benchmarks/bench_perf_model.py`` for the whole table.
 """
 from __future__ import annotations
 
@@ -53,12 +57,13 @@ import os
 from dataclasses import dataclass, field
 
 from labkit import checks
+from labkit import perf_validate_fit as _fit
 from labkit.perf import steptime
-from labkit.perf_validate_fit import fit_gloo_link, fit_gloo_links
+from labkit.perf_validate_fit import fit_gloo_link, fit_gloo_links, fsdp_unit_cycle
 
 __all__ = ["PARALLELS", "oversubscription", "compute_rate", "StepPrediction", "predict_step", "wrapped_units",
-           "measure_compute_rate", "measure_concurrent_rates", "fit_gloo_link", "fit_gloo_links", "measure_steps", "Calibration",
-           "calibrate", "Validation", "validate"]
+           "measure_compute_rate", "measure_concurrent_rates", "fit_gloo_link", "fit_gloo_links",
+           "measure_steps", "Calibration", "calibrate", "Validation", "validate", "fsdp_unit_cycle"]
 
 #: The data-parallel strategies validated here (TrainConfig.parallel names: "fsdp" is FSDP2).
 PARALLELS = ("ddp", "fsdp")
@@ -142,7 +147,7 @@ def wrapped_units(cfg, params=None) -> int:
 
 def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int, threads_per_rank: int = 1,
                  params=None, concurrent_rate: bool = False, overhead_s: float = 0.0,
-                 op_links: dict | None = None) -> StepPrediction:
+                 op_links: dict | None = None, unit_cycle=None) -> StepPrediction:
     """Predict one optimizer step of ``cfg`` (parallel "ddp" or "fsdp" = FSDP2) on ``nranks`` gloo ranks.
 
     ``flops_per_s``: achieved hardware FLOP/s of one rank — measured with ``nranks`` ranks computing at
@@ -150,8 +155,10 @@ def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int
     ``cores`` slow it by :func:`oversubscription`); ``alpha_beta``: the link fitted on ``nranks`` ranks
     (:func:`fit_gloo_link`; None with 1 rank); ``op_links``: {"all_gather": α–β, "reduce_scatter": α–β}
     fitted on ``nranks`` ranks (:func:`fit_gloo_links`) to price FSDP2's collectives with their own fits
-    (None: all priced with ``alpha_beta``, a reduce-scatter as an all-reduce); ``overhead_s``: the wrapper's seconds per step
-    (:func:`labkit.perf.steptime.wrapper_overhead_s`); ``params``: the model or a parameter count (default:
+    (None: all priced with ``alpha_beta``, a reduce-scatter as an all-reduce); ``unit_cycle``: FSDP2's unit
+    cycle on ``nranks`` ranks (:func:`fsdp_unit_cycle`): FSDP2's comm is then micro-batches × its cost summed
+    over the units *instead of* the α–β collectives (it contains them); ``overhead_s``: the wrapper's seconds
+    per step (:func:`labkit.perf.steptime.wrapper_overhead_s`); ``params``: the model or a parameter count (default:
     the GPT of ``cfg`` on the meta device, for the exact DDP buckets). See the module docstring.
     Taught in chapter 5 (scaling), chapter 19 (DDP) and chapter 20 (FSDP).
     """
@@ -176,10 +183,11 @@ def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int
     tokens = cfg.micro_batch * cfg.accum * n * mcfg.seq_len
     compute = steptime.compute_time(tokens, flops_per_token=fpt, peak_flops=rate, n_devices=n, mfu=1.0) * over
     model = _meta_model(cfg) if params is None else params
-    comm = steptime.data_parallel_comm_s(cfg, model, mcfg.n_layers + 1, n, alpha_beta, reduce_scatter_as_all_reduce=True,
-                                         op_links=op_links)
-    a = alpha_beta.alpha_s if alpha_beta is not None else 0.0
-    b = alpha_beta.beta_s_per_byte if alpha_beta is not None else 0.0
+    cycle = unit_cycle is not None and cfg.parallel == "fsdp" and n > 1
+    comm = _fit.fsdp_cycle_s(_fit.fsdp_unit_bytes(model), cfg.accum, unit_cycle, nranks=n) if cycle else \
+        steptime.data_parallel_comm_s(cfg, model, mcfg.n_layers + 1, n, alpha_beta, reduce_scatter_as_all_reduce=True,
+                                      op_links=op_links)
+    a, b = (alpha_beta.alpha_s, alpha_beta.beta_s_per_byte) if alpha_beta is not None else (0.0, 0.0)
     return StepPrediction(parallel=cfg.parallel, nranks=n, compute_s=compute, comm_s=comm,
                           step_s=steptime.step_time(compute, comm, extra, overlap=False), oversubscription=over,
                           flops_per_s=rate, alpha_s=a, beta_s_per_byte=b, cores=checks.count("cores", cores),
@@ -260,8 +268,8 @@ class Calibration:
     """This machine's measured inputs: ``rates[(model, n)]`` FLOP/s of rank 0 with n ranks computing,
     ``unit_s[(model, parallel)]`` wrapper seconds per unit and micro-batch, ``units[(model, parallel)]``,
     ``links[n]`` (all-reduce α–β), ``op_links[n]`` ({"all_gather", "reduce_scatter": α–β}, FSDP2's
-    collectives), ``steps[(model, parallel)]`` the 1-rank median steps they came from, ``sources``
-    (how each term was measured). Taught in chapter 24 (calibrating a model before trusting it)."""
+    collectives), ``cycles[n]`` FSDP2's unit cycle (:func:`fsdp_unit_cycle`), ``steps[(model, parallel)]`` the
+    1-rank median steps they came from, ``sources`` (how each was measured). Taught in chapter 24."""
 
     rates: dict
     unit_s: dict
@@ -272,6 +280,7 @@ class Calibration:
     threads_per_rank: int
     sources: list = field(default_factory=list)
     op_links: dict = field(default_factory=dict)
+    cycles: dict = field(default_factory=dict)
 
     def slowdown(self, model: str, n: int) -> float:
         return steptime.concurrency_slowdown(self.rates[(model, 1)], self.rates[(model, n)])
@@ -282,7 +291,7 @@ class Calibration:
         extra = steptime.wrapper_overhead_s(self.unit_s[(m, p)], self.units[(m, p)], cfg.accum, self.slowdown(m, n))
         return predict_step(cfg, n, flops_per_s=self.rates[(m, n)], alpha_beta=self.links.get(n), cores=self.cores,
                             threads_per_rank=self.threads_per_rank, concurrent_rate=True, overhead_s=extra,
-                            op_links=self.op_links.get(n))
+                            op_links=self.op_links.get(n), unit_cycle=self.cycles.get(n))
 
     def format(self) -> str:
         out = [f"calibrated on this machine ({self.cores} cores, {self.threads_per_rank} thread(s) per rank):"]
@@ -296,15 +305,16 @@ class Calibration:
         fits += [(n, op, ab) for n, d in self.op_links.items() for op, ab in d.items()]
         out += [f"  link on {n} ranks, {op}: alpha {ab.alpha_s * 1e6:.1f} us/step, beta {ab.beta_s_per_byte * 1e9:.3f} "
                 f"ns/B ({ab.bandwidth / 1e9:.2f} GB/s)" for n, op, ab in sorted(fits, key=lambda x: x[:2])]
+        out += [f"  {c.format()}" for _, c in sorted(self.cycles.items())]
         return "\n".join(out + ["sources:", *(f"  - {x}" for x in self.sources)])
 
 
 def calibrate(cfgs: dict, counts, parallels=PARALLELS, *, threads_per_rank: int = 1, link_iters: int = 5,
               link_stat: str = "p10", timeout_s: float = 900, say=lambda line: None) -> Calibration:
     """Measure this machine's inputs for ``cfgs`` ({model: TrainConfig}) on each rank count in ``counts``:
-    one 1-rank launch (plain, then each wrapper, per model), one launch of n independent plain ranks per
-    n > 1, one launch per n > 1 fitting all-reduce (and, with FSDP2, all-gather and reduce-scatter) α–β. None of these runs is a run :func:`validate` predicts.
-    Taught in chapter 24."""
+    one 1-rank launch (plain, then each wrapper, per model); per n > 1 one launch of n independent plain
+    ranks, one fitting all-reduce (with FSDP2 also all-gather and reduce-scatter) α–β and, with FSDP2, the two
+    of :func:`fsdp_unit_cycle` (synthetic units). None is a run :func:`validate` predicts. Taught in chapter 24."""
     from labkit.launcher.parent import cores_available
 
     models, counts = list(cfgs), sorted(set(counts))
@@ -317,7 +327,7 @@ def calibrate(cfgs: dict, counts, parallels=PARALLELS, *, threads_per_rank: int 
     units = {(m, p): wrapped_units(cfgs[m].replace(parallel=p)) for m in models for p in parallels}
     unit_s = {(m, p): steptime.unit_overhead_s(steps[(m, p)], steps[(m, "single")], units[(m, p)], cfgs[m].accum)
               for m in models for p in parallels}
-    links, op_links = {}, {}
+    links, op_links, cycles = {}, {}, {}
     fsdp_ops = ("all_gather", "reduce_scatter") if "fsdp" in parallels else ()
     for n in (n for n in counts if n > 1):
         say(f"calibrating: {n} independent plain ranks computing at once, no communication")
@@ -329,22 +339,26 @@ def calibrate(cfgs: dict, counts, parallels=PARALLELS, *, threads_per_rank: int 
         links[n] = fits.pop("all_reduce")
         if fits:
             op_links[n] = fits
+            say(f"calibrating: FSDP2 unit cycle on {n} ranks vs 1 (synthetic Linear units, not a GPT)")
+            cycles[n] = fsdp_unit_cycle(n, timeout_s=timeout_s)
     sources = [
         "compute: hardware FLOP/s of rank 0 while n ranks train the same model with parallel='single' and no "
         "communication (n = 1: alone); its own launch, not a validated run",
         "wrapper: (1-rank DDP or FSDP2 median step - 1-rank plain median step) / (units x micro-batches), >= 0; "
         "DDP units = gradient buckets, FSDP2 units = blocks + root; scaled by the compute slowdown at n ranks",
         f"link: ring alpha-beta fitted to the {link_stat} of a gloo sweep per collective type (all_reduce for DDP; "
-        "all_gather_single and reduce_scatter_single for FSDP2) and rank count (64 KiB-16 MiB)"]
-    return Calibration(rates=rates, unit_s=unit_s, units=units, links=links, steps=steps,
-                       cores=cores_available(), threads_per_rank=threads_per_rank, sources=sources,
-                       op_links=op_links)
+        "all_gather_single and reduce_scatter_single for FSDP2) and rank count (64 KiB-16 MiB)",
+        "FSDP2 comm, n > 1: a + b x unit bytes per unit and micro-batch, fitted to forward+backward of synthetic "
+        f"fully_shard-ed Linear units ({'/'.join(f'{b / 1e6:g}' for b in _fit.CYCLE_UNIT_BYTES)} MB, batch 1) on n ranks "
+        "minus 1 rank; it holds the all-gathers and reduce-scatters (their alpha-beta fits are shown, not added)"]
+    return Calibration(rates=rates, unit_s=unit_s, units=units, links=links, steps=steps, cores=cores_available(),
+                       threads_per_rank=threads_per_rank, sources=sources, op_links=op_links, cycles=cycles)
 
 
 @dataclass
 class Validation:
-    """Predicted vs measured steps: ``table`` (one row per model × strategy × ranks), the
-    :class:`Calibration` it was predicted from, the target and the assumptions. Taught in chapter 24."""
+    """Predicted vs measured steps: ``table`` (one row per model × strategy × ranks), the :class:`Calibration`
+    it was predicted from, the target and the assumptions. Taught in chapter 24."""
 
     table: object
     calibration: Calibration
@@ -353,9 +367,8 @@ class Validation:
     rounds: list = field(default_factory=list)          # every round's rows, before the medians
 
     def format(self) -> str:
-        cols = {"parallel": "config", "ranks": "ranks", "model": "size", "pred_compute_ms": "compute",
-                "pred_comm_ms": "comm", "pred_wrapper_ms": "wrapper", "pred_step_ms": "predicted ms",
-                "meas_step_ms": "measured ms"}
+        cols = {"parallel": "config", "ranks": "ranks", "model": "size", "pred_compute_ms": "compute", "pred_comm_ms":
+                "comm", "pred_wrapper_ms": "wrapper", "pred_step_ms": "predicted ms", "meas_step_ms": "measured ms"}
         t = self.table[list(cols)].rename(columns=cols)
         t["config"] = [{"ddp": "DDP", "fsdp": "FSDP2"}[p] for p in self.table["parallel"]]
         t["error"] = [f"{e:+.1%}" for e in self.table["error"]]
@@ -364,8 +377,8 @@ class Validation:
         t[f"within {self.target:.0%}?"] = ["yes" if ok else "NO" for ok in self.table["met"]]
         met = int(self.table["met"].sum())
         return "\n".join([self.calibration.format(), "predicted vs measured (ms per optimizer step; compute, comm "
-                          "and wrapper are the predicted parts):", t.to_string(index=False, float_format=lambda v:
-                                                                              f"{v:.1f}"),
+                          "(FSDP2 at n > 1: the unit cycle) and wrapper are the predicted parts):",
+                          t.to_string(index=False, float_format=lambda v: f"{v:.1f}"),
                           f"within {self.target:.0%}: {met} of {len(self.table)} cells",
                           "assumptions:", *(f"  - {a}" for a in self.assumptions)])
 
@@ -417,13 +430,14 @@ def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *,
                              "pred_comm_ms": pr.comm_s * 1e3, "pred_wrapper_ms": pr.overhead_s * 1e3,
                              "pred_step_ms": pr.step_s * 1e3, "meas_step_ms": st.median * 1e3,
                              "meas_p10_ms": st.p10 * 1e3, "meas_p90_ms": st.p90 * 1e3, "meas_steps": st.n})
-    table = _over_rounds(pd.DataFrame(rows), target)
+    table = _fit.medians_over_rounds(pd.DataFrame(rows), target)
     assumptions = [
         f"micro-batch per rank {', '.join(f'{m}: {mb.get(m, 4)}' for m in models)} sequences, fp32, "
         f"{threads_per_rank} thread(s) per rank, {cal.cores} cores",
         "no overlap: step = compute + communication + wrapper (a rank's gloo thread needs a core the compute "
-        "holds); DDP: one all-reduce per bucket; FSDP2: per unit an all-gather in forward and in backward "
-        "(reshard_after_forward) and a reduce-scatter, each priced with its own gloo fit",
+        "holds); DDP: one all-reduce per bucket (alpha-beta); FSDP2: the calibrated unit cycle per unit and "
+        "micro-batch in place of its alpha-beta collectives, on top of the 1-rank wrapper term (when compute slows "
+        "at n ranks, the synthetic units' own 1-rank work slows too and counts in both)",
         "the 1-rank DDP/FSDP2 cells repeat a calibration configuration in a separate run (repeatability); "
         "the 2- and 4-rank cells test the model",
         f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {cal.cores} cores",
@@ -434,17 +448,3 @@ def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *,
                            "noise of this machine on that cell; the calibration printed is the last round's)")
     return Validation(table=table, calibration=cal, target=target, assumptions=assumptions, rounds=rows)
 
-
-def _over_rounds(rows, target: float):
-    """One row per cell: medians over the rounds of each predicted part and of the measured median step,
-    the error of the median prediction against the median measurement, and the measured spread."""
-    keys = ["model", "parallel", "ranks"]
-    parts = ["pred_compute_ms", "pred_comm_ms", "pred_wrapper_ms", "pred_step_ms", "meas_step_ms", "meas_p10_ms",
-             "meas_p90_ms", "meas_steps"]
-    g = rows.groupby(keys, sort=False)
-    t = g[parts].median().reset_index()
-    spread = g["meas_step_ms"].agg(lambda x: x.max() / x.min() - 1).reset_index(drop=True)
-    t["meas_spread"] = spread.to_numpy()
-    t["error"] = t["pred_step_ms"] / t["meas_step_ms"] - 1
-    t["met"] = t["error"].abs() <= target
-    return t

@@ -7,15 +7,28 @@ _fsdp_collectives.py). gloo implements these differently from its all-reduce, so
 an all-reduce sweep misprices them: each collective type gets its own fit, from its own sweep at the
 sizes the wrappers issue, never from a training run.
 
-Layer 3 (ARCHITECTURE.md): it launches ranks (:func:`labkit.comm.benchmark`); the ring model and the fit
-are :mod:`labkit.comm.models`'. Used by :mod:`labkit.perf_validate`. Taught in chapter 11 (α–β fits),
-chapter 19 (DDP) and chapter 20 (FSDP's collectives).
+A bare collective is not all an FSDP2 unit costs on N ranks: each unit's cycle — unshard (copy-in of the
+shard, all-gather, copy-out into the full parameters) in forward and again in backward, then the
+reduce-scatter of the gradients with its own copies, each behind stream/event waits and a rendezvous with
+the slowest rank — costs more than the collectives timed alone. :func:`fsdp_unit_cycle` measures that
+whole cycle on a synthetic module (Linear layers of given unit sizes, batch 1, negligible compute):
+forward + backward per unit on N ranks minus the same on 1 rank (where FSDP2 issues no collective and no
+copy), fitted as cost(bytes) = a + b·bytes per unit (:class:`UnitCycle`); :func:`fsdp_cycle_s` prices a
+GPT's units with it. The cycle *contains* the all-gathers and reduce-scatters: a prediction that uses it
+does not add their α–β seconds too.
+
+Layer 3 (ARCHITECTURE.md): it launches ranks (:func:`labkit.comm.benchmark`, :func:`labkit.launcher.launch`);
+the ring model and the fit are :mod:`labkit.comm.models`'. Used by :mod:`labkit.perf_validate`. Taught in
+chapter 11 (α–β fits), chapter 19 (DDP) and chapter 20 (FSDP's collectives and its per-unit costs).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from labkit import checks
 
-__all__ = ["LINK_OPS", "fit_gloo_link", "fit_gloo_links"]
+__all__ = ["LINK_OPS", "fit_gloo_link", "fit_gloo_links", "CYCLE_UNIT_BYTES", "UnitCycle", "fit_unit_cycle",
+           "fsdp_unit_cycle", "fsdp_unit_bytes", "fsdp_cycle_s", "medians_over_rounds"]
 
 #: The collectives fitted: all_reduce (DDP's buckets), all_gather and reduce_scatter (FSDP2's units).
 LINK_OPS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -63,3 +76,157 @@ def fit_gloo_link(nranks: int, *, sizes=None, iters: int = 5, stat: str = "p10",
     """
     return fit_gloo_links(nranks, ("all_reduce",), sizes=sizes, iters=iters, stat=stat,
                           timeout_s=timeout_s)["all_reduce"]
+
+
+# ----------------------------------------------------------------------------- FSDP2's per-unit cycle
+#: Default synthetic unit sizes (fp32 bytes of full parameters): they bracket the tiny GPT's units
+#: (blocks ≈ 0.79 MB, root 2.13 MB) and the small GPT's (blocks 3.16 MB, root 4.33 MB).
+CYCLE_UNIT_BYTES = (0.5e6, 2e6, 5e6)
+_LAYERS_PER_UNIT = 2          # Linear layers per synthetic unit (a unit of several tensors, as a block)
+
+
+@dataclass(frozen=True)
+class UnitCycle:
+    """FSDP2's cost per unit and micro-batch on ``nranks`` ranks beyond its 1-rank cost: ``alpha_s`` +
+    ``beta_s_per_byte`` × full fp32 unit bytes, fitted to ``cost_s`` (n-rank − 1-rank seconds per unit) at
+    ``unit_bytes``. Taught in chapter 20 (FSDP's per-unit costs) and chapter 24 (calibrating a model)."""
+
+    nranks: int
+    alpha_s: float
+    beta_s_per_byte: float
+    unit_bytes: tuple
+    cost_s: tuple
+    one_rank_s: tuple = ()
+    n_rank_s: tuple = ()
+
+    def cost(self, unit_bytes: float) -> float:
+        """Seconds of one unit's cycle of ``unit_bytes`` (≥ 0: a negative fit at tiny sizes is clamped)."""
+        return max(0.0, self.alpha_s + self.beta_s_per_byte * checks.positive("unit_bytes", unit_bytes))
+
+    def format(self) -> str:
+        pts = ", ".join(f"{b / 1e6:.2f} MB {c * 1e3:.2f} ms" for b, c in zip(self.unit_bytes, self.cost_s, strict=True))
+        return (f"FSDP2 unit cycle on {self.nranks} ranks: {self.alpha_s * 1e3:.2f} ms + "
+                f"{self.beta_s_per_byte * 1e9:.3f} ns/B per unit and micro-batch (measured: {pts})")
+
+
+def fit_unit_cycle(unit_bytes, cost_s, nranks: int, *, one_rank_s=(), n_rank_s=()) -> UnitCycle:
+    """Least-squares line cost = a + b·bytes through the per-unit cycle costs measured at ``unit_bytes``
+    (at least two distinct sizes). Taught in chapter 20."""
+    import numpy as np
+
+    x = [checks.positive("unit_bytes", b) for b in unit_bytes]
+    y = [checks.number("cost_s", c) for c in cost_s]
+    if len(x) != len(y) or len(set(x)) < 2:
+        raise ValueError(f"fit_unit_cycle needs one cost per size and at least two distinct sizes, got "
+                         f"unit_bytes={list(unit_bytes)} and cost_s={list(cost_s)}")
+    b, a = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)
+    return UnitCycle(nranks=checks.count("nranks", nranks), alpha_s=float(a), beta_s_per_byte=float(b),
+                     unit_bytes=tuple(x), cost_s=tuple(y), one_rank_s=tuple(one_rank_s), n_rank_s=tuple(n_rank_s))
+
+
+def _synthetic_units(unit_bytes: float, n_units: int, layers: int = _LAYERS_PER_UNIT):
+    """A module of ``n_units`` units, each ``layers`` square bias-free Linear layers holding
+    ``unit_bytes`` of fp32 parameters in all, and the width of its input."""
+    import torch
+
+    d = max(8, round((unit_bytes / 4 / layers) ** 0.5))
+    unit = lambda: torch.nn.Sequential(*(torch.nn.Linear(d, d, bias=False) for _ in range(layers)))  # noqa: E731
+    return torch.nn.Sequential(*(unit() for _ in range(n_units))), d
+
+
+def _cycle_cells(unit_bytes: list, n_units: int, iters: int, warmup: int, batch: int = 1,
+                 layers: int = _LAYERS_PER_UNIT) -> list:
+    """What each rank runs for the cycle calibration: per size, fully_shard each synthetic unit and the
+    root, then time forward + backward of ``batch`` rows (median over ``iters`` after ``warmup``, a barrier
+    before each); seconds per unit."""
+    import statistics
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    out, mesh = [], init_device_mesh("cpu", (dist.get_world_size(),))
+    for ub in unit_bytes:
+        torch.manual_seed(0)
+        model, d = _synthetic_units(ub, n_units, layers)
+        for unit in model:
+            fully_shard(unit, mesh=mesh, reshard_after_forward=True)
+        fully_shard(model, mesh=mesh, reshard_after_forward=True)
+        x, times = torch.randn(batch, d), []
+        for _ in range(warmup + iters):
+            dist.barrier()
+            t0 = time.perf_counter()
+            model(x).sum().backward()
+            times.append(time.perf_counter() - t0)
+            model.zero_grad(set_to_none=True)
+        out.append(statistics.median(times[warmup:]) / n_units)
+    return out
+
+
+def fsdp_unit_cycle(nranks: int, unit_bytes=CYCLE_UNIT_BYTES, *, n_units: int = 4, iters: int = 7, warmup: int = 2,
+                    batch: int = 1, layers_per_unit: int = _LAYERS_PER_UNIT, timeout_s: float = 300) -> UnitCycle:
+    """Measure FSDP2's per-unit cycle on ``nranks`` gloo ranks (:class:`UnitCycle`): a synthetic module of
+    ``n_units`` units of each size in ``unit_bytes`` (fp32 bytes; ``layers_per_unit`` square Linear layers each,
+    input ``batch`` rows: 1 = negligible compute), every unit
+    and the root ``fully_shard``-ed (reshard after forward), forward + backward timed on rank 0 (median of
+    ``iters`` after ``warmup``, a barrier before each) on ``nranks`` ranks and on 1 rank (where FSDP2 runs no
+    collective); cost = (n-rank − 1-rank) per unit, fitted as a + b·bytes. Two launches, neither of them a
+    training run. Taught in chapter 20 (FSDP's per-unit costs) and chapter 24 (calibrating a model).
+    """
+    from labkit.launcher.parent import launch
+
+    n = checks.count("nranks", nranks, at_least=2)
+    sizes = [checks.positive("unit_bytes", b) for b in unit_bytes]
+    k, it, wu = checks.count("n_units", n_units), checks.count("iters", iters), checks.count("warmup", warmup, at_least=0)
+    shape = (checks.count("batch", batch), checks.count("layers_per_unit", layers_per_unit))
+    if len(set(sizes)) < 2:
+        raise ValueError(f"unit_bytes must hold at least two distinct sizes to fit a + b·bytes, got {sizes}")
+    env = {"OMP_NUM_THREADS": "1"}
+    alone = launch(_cycle_cells, 1, args=(sizes, k, it, wu, *shape), env=env, timeout_s=timeout_s, stream=False).value
+    many = launch(_cycle_cells, n, args=(sizes, k, it, wu, *shape), env=env, timeout_s=timeout_s, stream=False).value
+    cost = [m - a for m, a in zip(many, alone, strict=True)]
+    return fit_unit_cycle(sizes, cost, n, one_rank_s=alone, n_rank_s=many)
+
+
+def fsdp_unit_bytes(model) -> list:
+    """Full fp32 bytes of each FSDP2 unit of a GPT as ``labkit.train`` wraps it: one per block, then the
+    root (every parameter not in a block: embeddings tied with the head, final norm). Taught in chapter 20."""
+    if not hasattr(model, "blocks") or not hasattr(model, "parameters"):
+        raise checks.ArgumentTypeError(f"model must be a labkit GPT (with .blocks), got {type(model).__name__}")
+    blocks = [sum(p.numel() for p in dict.fromkeys(b.parameters())) * 4 for b in model.blocks]
+    total = sum(p.numel() for p in dict.fromkeys(model.parameters())) * 4
+    return [*blocks, total - sum(blocks)]
+
+
+def fsdp_cycle_s(unit_bytes, micro_batches: int, cycle: UnitCycle, *, nranks: int | None = None) -> float:
+    """FSDP2's cycle seconds per optimizer step: micro-batches × Σ over units of ``cycle.cost(unit bytes)``.
+    It holds the unit's all-gathers and reduce-scatter (do not add their α–β time as well); with
+    accumulation the non-syncing micro-batches skip the reduce-scatter but are priced at the full cycle
+    (an upper bound). ``nranks``: the rank count priced (checked against the cycle's). Taught in chapter 20."""
+    if not isinstance(cycle, UnitCycle):
+        raise checks.ArgumentTypeError(f"cycle must be a UnitCycle (fsdp_unit_cycle), got {type(cycle).__name__}")
+    if nranks is not None and checks.count("nranks", nranks) != cycle.nranks:
+        raise ValueError(f"the unit cycle was measured on {cycle.nranks} ranks, not nranks={nranks}: on shared cores "
+                         "it depends on the rank count, measure one per count")
+    t = checks.count("micro_batches", micro_batches) * sum(cycle.cost(b) for b in unit_bytes)
+    return checks.finite_result("FSDP2 cycle seconds", t, cycle=cycle)
+
+
+# ----------------------------------------------------------------------------- repeated rounds
+def medians_over_rounds(rows, target: float):
+    """One row per cell (model, parallel, ranks) of a table of rounds: medians over the rounds of each
+    predicted part and of the measured median step, the error of the median prediction against the median
+    measurement (``met``: within ``target``), and ``meas_spread`` = largest / smallest measured median − 1.
+    Taught in chapter 24 (how far to trust a model: the machine's own noise)."""
+    keys = ["model", "parallel", "ranks"]
+    parts = ["pred_compute_ms", "pred_comm_ms", "pred_wrapper_ms", "pred_step_ms", "meas_step_ms", "meas_p10_ms",
+             "meas_p90_ms", "meas_steps"]
+    g = rows.groupby(keys, sort=False)
+    t = g[parts].median().reset_index()
+    spread = g["meas_step_ms"].agg(lambda x: x.max() / x.min() - 1).reset_index(drop=True)
+    t["meas_spread"] = spread.to_numpy()
+    t["error"] = t["pred_step_ms"] / t["meas_step_ms"] - 1
+    t["met"] = t["error"].abs() <= target
+    return t

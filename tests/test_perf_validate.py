@@ -12,6 +12,7 @@ from labkit import flops
 from labkit import perf_validate as pv
 from labkit.comm.models import AlphaBeta
 from labkit.perf import steptime
+from labkit.perf_validate_fit import fit_unit_cycle, fsdp_cycle_s, fsdp_unit_bytes
 from labkit.train import TrainConfig
 
 P = 1_000_000          # parameters (a count: no meta model needed)
@@ -266,6 +267,8 @@ def test_calibrate_and_validate_never_predict_from_the_runs_they_check(monkeypat
     assert [c[1] for c in calib[0]] == ["single", "ddp", "fsdp"] and calib[1] == [("tiny x2 concurrent calibration",
                                                                                     "single", 2)]
     assert [op for _, op, _ in calib[2]] == ["all_reduce", "all_gather", "reduce_scatter"]
+    assert calib[3] == [("cycle calibration", "synthetic", 2)] and len(calib) == 4
+    assert v.calibration.cycles[2].nranks == 2 and "FSDP2 unit cycle on 2 ranks" in v.format()
     assert set(v.calibration.op_links[2]) == {"all_gather", "reduce_scatter"} and v.calibration.links[2].op == "all_reduce"
     assert all(p != "single" for run in validated for _, p, _ in run) and len(validated) == 2
     cal = v.calibration
@@ -307,6 +310,12 @@ def _fake_launches(monkeypatch, machine_speed=lambda: 1.0):
                 for op in ops}
 
     monkeypatch.setattr(pv, "fit_gloo_links", fake_links)
+
+    def fake_cycle(n, **kw):
+        launched.append([("cycle calibration", "synthetic", n)])
+        return fit_unit_cycle((1e6, 4e6), (5e-3, 11e-3), n)
+
+    monkeypatch.setattr(pv, "fsdp_unit_cycle", fake_cycle)
     return launched
 
 
@@ -319,6 +328,7 @@ def test_rounds_compare_medians_and_show_the_machines_own_spread(monkeypatch):
                     warmup_steps=1, rounds=3)
     assert len(v.rounds) == 6 and len(v.table) == 2 and sum("calibration" in x[0][0] for x in launched) == 9
     assert [x for x in launched if x[0][0] == "link calibration"][0] == [("link calibration", "all_reduce", 2)]
+    assert not [x for x in launched if x[0][0] == "cycle calibration"]         # DDP alone: no FSDP2 cycle
     row = v.table.set_index("ranks").loc[1]
     assert row["meas_step_ms"] == pytest.approx(110.0) and row["meas_spread"] == pytest.approx(0.3)
     assert row["error"] == pytest.approx(row["pred_step_ms"] / 110.0 - 1)
@@ -326,6 +336,77 @@ def test_rounds_compare_medians_and_show_the_machines_own_spread(monkeypatch):
     assert "spread" in text and "30%" in text and "3 rounds" in text
     with pytest.raises(ValueError, match="rounds=0"):
         pv.validate(models=("tiny",), rounds=0)
+
+
+def test_unit_cycle_fit_is_a_line_through_the_measured_costs():
+    c = fit_unit_cycle((0.5e6, 2e6, 5e6), (3e-3 + 2e-9 * 0.5e6, 3e-3 + 2e-9 * 2e6, 3e-3 + 2e-9 * 5e6), 2)
+    assert c.alpha_s == pytest.approx(3e-3) and c.beta_s_per_byte == pytest.approx(2e-9)
+    assert c.cost(1e6) == pytest.approx(5e-3) and c.nranks == 2
+    assert fit_unit_cycle((1e6, 2e6), (1e-3, -1e-3), 2).cost(2e6) == 0.0          # a negative fit is clamped
+    assert "3.00 ms + 2.000 ns/B" in c.format() and "2.00 MB 7.00 ms" in c.format()
+    with pytest.raises(ValueError, match="two distinct sizes"):
+        fit_unit_cycle((1e6, 1e6), (1e-3, 2e-3), 2)
+    with pytest.raises(ValueError, match="one cost per size"):
+        fit_unit_cycle((1e6, 2e6, 3e6), (1e-3, 2e-3), 2)
+
+
+def test_unit_cycle_calibration_launches_only_the_synthetic_module(monkeypatch):
+    """Two launches (1 rank, then n), each of the synthetic Linear units alone — never a TrainConfig or
+    a GPT; the cost per unit is n-rank − 1-rank time at each size."""
+    import torch
+
+    from labkit import perf_validate_fit as fit
+    from labkit.launcher import parent
+
+    launches = []
+
+    def fake_launch(target, n, *, args=(), **kw):
+        launches.append((target, n, args))
+        sizes = args[0]
+        return SimpleNamespace(value=[(1e-3 if n == 1 else 4e-3 + 1e-9 * b) for b in sizes])
+
+    monkeypatch.setattr(parent, "launch", fake_launch)
+    c = fit.fsdp_unit_cycle(2, (0.5e6, 2e6, 5e6), n_units=3, iters=4, warmup=1)
+    assert [(t, n) for t, n, _ in launches] == [(fit._cycle_cells, 1), (fit._cycle_cells, 2)]
+    assert all(a == ([0.5e6, 2e6, 5e6], 3, 4, 1, 1, 2) for _, _, a in launches)  # sizes and counts only
+    assert c.alpha_s == pytest.approx(3e-3) and c.beta_s_per_byte == pytest.approx(1e-9)
+    assert c.one_rank_s == (1e-3,) * 3 and c.nranks == 2
+    model, d = fit._synthetic_units(2e6, 3)
+    assert len(model) == 3 and all(isinstance(m, torch.nn.Linear) for m in model[0]) and len(model[0]) == 2
+    assert len(fit._synthetic_units(2e6, 1, layers=6)[0][0]) == 6
+    assert sum(p.numel() for p in model[0].parameters()) * 4 == pytest.approx(2e6, rel=0.01) and d > 8
+    with pytest.raises(ValueError, match="nranks=1"):
+        fit.fsdp_unit_cycle(1)
+    with pytest.raises(ValueError, match="two distinct sizes"):
+        fit.fsdp_unit_cycle(2, (1e6,))
+    assert len(launches) == 2                                                       # bad requests launch nothing
+
+
+def test_fsdp2_on_n_ranks_is_priced_by_the_unit_cycle_instead_of_alpha_beta():
+    cfg, cyc = _cfg("fsdp"), fit_unit_cycle((1e6, 4e6), (5e-3, 11e-3), 2)          # 3 ms + 2 ns/B per unit
+    model = pv._meta_model(cfg)
+    units = fsdp_unit_bytes(model)
+    assert len(units) == cfg.model_config.n_layers + 1 and len(set(units[:-1])) == 1
+    assert sum(units) == sum(p.numel() for p in dict.fromkeys(model.parameters())) * 4
+    want = sum(3e-3 + 2e-9 * b for b in units)
+    p = pv.predict_step(cfg, 2, flops_per_s=20e9, alpha_beta=_link(2), cores=2, unit_cycle=cyc, overhead_s=0.01)
+    assert p.comm_s == pytest.approx(want)                                           # the cycle, not α–β as well
+    assert p.step_s == pytest.approx(p.compute_s + want + 0.01)
+    assert fsdp_cycle_s(units, 3, cyc) == pytest.approx(3 * want)                     # per micro-batch
+    plain = pv.predict_step(cfg, 2, flops_per_s=20e9, alpha_beta=_link(2), cores=2)
+    assert plain.comm_s != pytest.approx(want)
+    ddp = pv.predict_step(_cfg("ddp"), 2, flops_per_s=20e9, alpha_beta=_link(2), cores=2, unit_cycle=cyc)
+    assert ddp.comm_s == pytest.approx(pv.predict_step(_cfg("ddp"), 2, flops_per_s=20e9, alpha_beta=_link(2),
+                                                       cores=2).comm_s)              # DDP ignores it
+    assert pv.predict_step(cfg, 1, flops_per_s=20e9, alpha_beta=None, cores=2, unit_cycle=cyc).comm_s == 0.0
+    with pytest.raises(ValueError, match="measured on 2 ranks, not nranks=4"):
+        pv.predict_step(cfg, 4, flops_per_s=20e9, alpha_beta=_link(4), cores=2, unit_cycle=cyc)
+    with pytest.raises(TypeError, match="UnitCycle"):
+        fsdp_cycle_s(units, 1, {"alpha_s": 1})
+    with pytest.raises(TypeError, match="labkit GPT"):
+        fsdp_unit_bytes(P)
+    cal = _cal(cycles={2: cyc})
+    assert cal.predict(cfg, 2).comm_s == pytest.approx(want) and "FSDP2 unit cycle on 2 ranks" in cal.format()
 
 
 def _cfg_like(parallel):
