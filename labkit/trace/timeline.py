@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from labkit import intervals as iv
 from labkit.trace.breakdown import RankView
@@ -37,8 +36,8 @@ class DDPTimeline:
 
     rank: int
     step: int
-    backward: pd.DataFrame
-    buckets: pd.DataFrame
+    backward: object                  # pandas.DataFrame (pandas is imported when a timeline is built)
+    buckets: object
     forward: tuple[float, float] | None
     optimizer: tuple[float, float] | None
     kind: str
@@ -82,6 +81,8 @@ def ddp_timeline(path, *, rank: int = 0, step: int | None = None) -> DDPTimeline
         raise ValueError(f"step={step!r}: no step of rank {rank} with a backward and matching all-reduce launches "
                          f"and runs (steps in the trace: {have})")
     sid, h0, h1, inside, run_in = choices[-1]
+    import pandas as pd  # on use: `import labkit.trace` stays free of pandas
+
     ms = lambda t: (np.asarray(t, dtype=float) - h0) / 1e3   # noqa: E731 - µs since the step began -> ms
     bw = np.flatnonzero(is_bw & inside)
     bs, be = iv.union(ms(ev.ts[bw]), ms(ev.end[bw]))
