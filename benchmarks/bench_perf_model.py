@@ -1,19 +1,23 @@
 """The performance model against live gloo runs on this machine: predicted vs measured step times.
 
     .venv/bin/python benchmarks/bench_perf_model.py [--models tiny small] [--ranks 1 2 4] [--steps 5]
+        [--repeats 3] [--rounds 1]
 
 First calibrate this machine with runs that are never the ones predicted (labkit.perf_validate.calibrate):
 the compute rate of rank 0 while N ranks train the same model independently with no communication (the
 achievable rate at N ranks: sharing cores, memory bandwidth, caches), the data-parallel wrapper's own
 seconds per unit from 1-rank DDP / FSDP2 runs against a 1-rank plain run, and α–β from the p10 of a gloo
-sweep per collective type (all-reduce; FSDP2's all-gather and reduce-scatter) and rank count. Then predict each model size × {DDP, FSDP2} × rank count with
+sweep per collective type (all-reduce; FSDP2's all-gather and reduce-scatter) and rank count, and FSDP2's
+unit cycle from a synthetic fully_shard stack. Then predict each model size × {DDP, FSDP2} × rank count with
 labkit.perf.steptime's functions, train the same config live (warm-up steps, then the median of the
 measured steps), and print the calibrated terms with their sources and a table: config, ranks, size,
 predicted parts, predicted, measured, error %, within 15 %?. The goal (issue #15) is printed, never
 asserted (the exit code is 0 unless a run fails).
 
-Timings on a shared machine are noisy: the load average is printed before and after; read the table with
-it. About 2 minutes on an idle 2-core machine.
+Timings on a shared machine are noisy: every launch runs its configurations interleaved, --repeats times,
+and keeps each one's median run; each rank count is calibrated just before it is measured; --rounds > 1
+repeats everything and prints each cell's spread over the rounds. The load average is printed before and
+after; read the table with it. About 5 minutes a round on an idle 2-core machine.
 """
 from __future__ import annotations
 
@@ -29,7 +33,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="+", default=["tiny", "small"])
     ap.add_argument("--parallels", nargs="+", default=list(perf_validate.PARALLELS))
     ap.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4])
-    ap.add_argument("--steps", type=int, default=5, help="measured steps per run (after --warmup)")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per run (after --warmup)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs per configuration in each launch")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--link-iters", type=int, default=5)
     ap.add_argument("--target", type=float, default=0.15)
@@ -38,7 +43,8 @@ def main(argv=None) -> int:
     print(f"load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     t0 = time.perf_counter()
     v = perf_validate.validate(a.models, a.parallels, a.ranks, steps=a.steps + a.warmup, warmup_steps=a.warmup,
-                               target=a.target, link_iters=a.link_iters, rounds=a.rounds, progress=lambda s: print(f"# {s}"))
+                               target=a.target, link_iters=a.link_iters, rounds=a.rounds, repeats=a.repeats,
+                               progress=lambda s: print(f"# {s}", flush=True))
     print(v.format())
     print(f"wall time {time.perf_counter() - t0:.0f} s")
     return 0

@@ -46,6 +46,15 @@ Why not :func:`labkit.perf.predict`: its Cluster is a catalogued GPU and its DP 
 gradients; :func:`~labkit.perf.steptime.data_parallel_comm_s` prices the collectives a TrainConfig issues
 (exact DDP buckets, FSDP units, gloo's reduce-scatter), without stretching the cluster type.
 
+Every launch runs its configurations interleaved, ``repeats`` times, and keeps each one's median run
+(:mod:`labkit.perf_validate_runs`): this machine's speed drifts over seconds, and one short run per
+configuration lets a slow moment land on one side of a comparison only. For the same reason each rank
+count's links and unit cycle are calibrated just before its cells are measured, and :func:`validate` takes
+the compute rate at N ranks in the *same launch* as the N-rank cells, right after them (the ranks leave
+the process group and train plain): the same 1-rank run came out at 32–36 GFLOP/s in six launches a
+minute apart on this kind of VM, and a rate measured in other processes carries such a difference into the
+prediction.
+
 Layer 3 (ARCHITECTURE.md): it launches ranks and measures; the prediction is labkit.perf's (and the unit
 cycle's, :mod:`labkit.perf_validate_fit`). Taught in chapter 5 (scaling), chapter 19 (DDP), chapter 20 (FSDP)
 and chapter 24 (choosing a layout: how far to trust a model's numbers). Run ``benchmarks/bench_perf_model.py`` for the whole table.
@@ -60,10 +69,19 @@ from labkit import checks
 from labkit import perf_validate_fit as _fit
 from labkit.perf import steptime
 from labkit.perf_validate_fit import fit_gloo_link, fit_gloo_links, fsdp_unit_cycle
+from labkit.perf_validate_runs import (
+    compute_rate,
+    measure_compute_rate,
+    measure_concurrent_rates,
+    measure_steps,
+    measure_steps_then_rates,
+    run_medians,
+)
 
 __all__ = ["PARALLELS", "oversubscription", "compute_rate", "StepPrediction", "predict_step", "wrapped_units",
            "measure_compute_rate", "measure_concurrent_rates", "fit_gloo_link", "fit_gloo_links",
-           "measure_steps", "Calibration", "calibrate", "Validation", "validate", "fsdp_unit_cycle"]
+           "measure_steps", "Calibration", "calibrate", "calibrate_one_rank", "calibrate_count", "Validation",
+           "validate", "fsdp_unit_cycle"]
 
 #: The data-parallel strategies validated here (TrainConfig.parallel names: "fsdp" is FSDP2).
 PARALLELS = ("ddp", "fsdp")
@@ -79,25 +97,6 @@ def oversubscription(nranks: int, cores: int, threads_per_rank: int = 1) -> floa
     c = checks.count("cores", cores)
     t = checks.count("threads_per_rank", threads_per_rank)
     return max(1.0, n * t / c)
-
-
-def compute_rate(record) -> float:
-    """Achieved hardware FLOP/s per rank of a run: tokens per step × hardware FLOPs per token / median
-    step / ranks — from a 1-rank run it is this machine's calibrated compute rate for that model.
-
-    ``record``: a :class:`labkit.record.RunRecord` (or anything with its ``step_time``,
-    ``tokens_per_step``, ``hardware_flops_per_token`` and ``n_devices``). Taught in chapter 5 and chapter 4.
-    """
-    missing = [k for k in ("step_time", "tokens_per_step", "hardware_flops_per_token", "n_devices")
-               if getattr(record, k, None) is None]
-    if missing:
-        raise checks.ArgumentTypeError(f"record must be a labkit RunRecord with a measured step, got "
-                                       f"{type(record).__name__} {record!r:.60} (no {', '.join(missing)})")
-    step = checks.positive("record.step_time.median", record.step_time.median)
-    tokens = checks.count("record.tokens_per_step", record.tokens_per_step)
-    fpt = checks.positive("record.hardware_flops_per_token", record.hardware_flops_per_token)
-    n = checks.count("record.n_devices", record.n_devices)
-    return checks.finite_result("FLOP/s per rank", tokens * fpt / step / n, step=step, tokens=tokens)
 
 
 @dataclass(frozen=True)
@@ -194,75 +193,6 @@ def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int
                           threads_per_rank=checks.count("threads_per_rank", threads_per_rank), overhead_s=extra)
 
 
-# ----------------------------------------------------------------------------- live measurement
-def _rank_cells(cfgs: list) -> list:
-    """What each launched rank runs: every config in turn (starting ranks is the slow part)."""
-    from labkit.train import train
-
-    return [train(c) for c in cfgs]
-
-
-def measure_steps(cfgs, nranks: int, *, threads_per_rank: int = 1, timeout_s: float = 600) -> list:
-    """Train each of ``cfgs`` in turn in the same ``nranks`` fresh ranks (``OMP_NUM_THREADS`` =
-    ``threads_per_rank``); rank 0's :class:`~labkit.record.RunRecord` per config.
-    Taught in chapter 5 (scaling), chapter 19 (DDP) and chapter 20 (FSDP)."""
-    cfgs = list(cfgs)
-    if not cfgs:
-        raise ValueError("measure_steps needs at least one TrainConfig, got none")
-    n = checks.count("nranks", nranks)
-    t = checks.count("threads_per_rank", threads_per_rank)
-    for c in cfgs:
-        if getattr(c, "parallel", None) == "single" and n != 1:
-            raise ValueError(f"nranks={n} with parallel='single' ({c.label}): use 'ddp' or 'fsdp' for > 1 rank")
-    from labkit.launcher.parent import launch
-
-    res = launch(_rank_cells, n, args=(cfgs,), env={"OMP_NUM_THREADS": str(t)}, timeout_s=timeout_s,
-                 stream=False)
-    return list(res.value)
-
-
-def _independent_cells(cfgs: list, extra_steps: int) -> list:
-    """What each rank runs for a concurrent-rate calibration: leave the process group (no communication at
-    all), then train each config alone; ranks other than 0 run ``extra_steps`` more so that rank 0 measures
-    every step with all ranks computing."""
-    import torch.distributed as dist
-
-    from labkit.train import train
-
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
-    return [train(c if rank == 0 else c.replace(steps=c.steps + extra_steps)) for c in cfgs]
-
-
-def measure_concurrent_rates(cfgs, nranks: int, *, threads_per_rank: int = 1, timeout_s: float = 600) -> list:
-    """Achieved hardware FLOP/s of rank 0 for each of ``cfgs`` (``parallel="single"``) while ``nranks``
-    ranks train it at once, independently and without communication — the compute rate at this
-    concurrency (:func:`compute_rate` of rank 0's record). Taught in chapter 5 and chapter 24."""
-    cfgs = list(cfgs)
-    if not cfgs or any(getattr(c, "parallel", None) != "single" for c in cfgs):
-        raise ValueError("measure_concurrent_rates needs TrainConfigs with parallel='single', got "
-                         f"{[getattr(c, 'parallel', c) for c in cfgs]}")
-    n = checks.count("nranks", nranks)
-    t = checks.count("threads_per_rank", threads_per_rank)
-    if n == 1:
-        return [compute_rate(r) for r in measure_steps(cfgs, 1, threads_per_rank=t, timeout_s=timeout_s)]
-    from labkit.launcher.parent import launch
-
-    res = launch(_independent_cells, n, args=(cfgs, 2), env={"OMP_NUM_THREADS": str(t)}, timeout_s=timeout_s,
-                 stream=False)
-    return [compute_rate(r) for r in res.value]
-
-
-def measure_compute_rate(cfg, *, threads_per_rank: int = 1, timeout_s: float = 600) -> tuple[float, object]:
-    """(achieved hardware FLOP/s per rank, the record) of ``cfg`` trained alone on 1 rank with
-    ``threads_per_rank`` threads — the compute input of :func:`predict_step`. Taught in chapter 5."""
-    rec = measure_steps([cfg.replace(parallel="single", label=f"{cfg.label} 1-rank rate")], 1,
-                        threads_per_rank=threads_per_rank, timeout_s=timeout_s)[0]
-    return compute_rate(rec), rec
-
-
 @dataclass
 class Calibration:
     """This machine's measured inputs: ``rates[(model, n)]`` FLOP/s of rank 0 with n ranks computing,
@@ -309,50 +239,96 @@ class Calibration:
         return "\n".join(out + ["sources:", *(f"  - {x}" for x in self.sources)])
 
 
-def calibrate(cfgs: dict, counts, parallels=PARALLELS, *, threads_per_rank: int = 1, link_iters: int = 5,
-              link_stat: str = "p10", timeout_s: float = 900, say=lambda line: None) -> Calibration:
-    """Measure this machine's inputs for ``cfgs`` ({model: TrainConfig}) on each rank count in ``counts``:
-    one 1-rank launch (plain, then each wrapper, per model); per n > 1 one launch of n independent plain
-    ranks, one fitting all-reduce (with FSDP2 also all-gather and reduce-scatter) α–β and, with FSDP2, the two
-    of :func:`fsdp_unit_cycle` (synthetic units). None is a run :func:`validate` predicts. Taught in chapter 24."""
+def _paired_unit_s(wrapped, plain, units: int, accum: int) -> float:
+    """The wrapper's seconds per unit and micro-batch: the median over interleaved repeats of
+    (wrapped run − plain run of the same repeat), each by :func:`labkit.perf.steptime.unit_overhead_s`."""
+    import statistics
+
+    pairs = zip(run_medians(wrapped), run_medians(plain), strict=False)
+    return statistics.median(steptime.unit_overhead_s(w, p, units, accum) for w, p in pairs)
+
+
+def _one_rank_calibration(cfgs: dict, parallels, recs: dict, repeats: int, threads_per_rank: int) -> Calibration:
+    """The 1-rank inputs from the records of :func:`calibrate_one_rank`'s runs ({(model, parallel): record},
+    "single" = plain): the plain rate and each wrapper's paired per-unit cost."""
     from labkit.launcher.parent import cores_available
 
-    models, counts = list(cfgs), sorted(set(counts))
-    say(f"calibrating: 1 rank, plain + {', '.join(parallels)} for {models}")
+    models = list(cfgs)
+    units = {(m, p): wrapped_units(cfgs[m].replace(parallel=p)) for m in models for p in parallels}
+    unit_s = {(m, p): _paired_unit_s(recs[(m, p)], recs[(m, "single")], units[(m, p)], cfgs[m].accum)
+              for m in models for p in parallels}
+    sources = [
+        f"compute: hardware FLOP/s of rank 0 while n ranks train the same model with parallel='single' and no "
+        f"communication (n = 1: alone), median of {repeats} interleaved runs; never a validated run",
+        f"wrapper: median over {repeats} interleaved repeats of (1-rank DDP or FSDP2 median step - 1-rank plain median "
+        "step of the same repeat) / (units x micro-batches), >= 0; DDP units = gradient buckets, FSDP2 units = "
+        "blocks + root; scaled by the compute slowdown at n ranks"]
+    return Calibration(rates={(m, 1): compute_rate(recs[(m, "single")]) for m in models}, unit_s=unit_s, units=units,
+                       links={}, steps={k: r.step_time.median for k, r in recs.items()}, cores=cores_available(),
+                       threads_per_rank=threads_per_rank, sources=sources)
+
+
+def calibrate_one_rank(cfgs: dict, parallels=PARALLELS, *, repeats: int = 3, threads_per_rank: int = 1,
+                       timeout_s: float = 900, say=lambda line: None) -> Calibration:
+    """The 1-rank part of :func:`calibrate`: one launch training, per model, plain then each wrapper,
+    ``repeats`` times interleaved; the plain rate and each wrapper's paired per-unit cost. Taught in chapter 24."""
+    models = list(cfgs)
+    say(f"calibrating: 1 rank, plain + {', '.join(parallels)} for {models}, {repeats} interleaved repeats")
     runs = [(m, p) for p in ("single", *parallels) for m in models]
     recs = measure_steps([cfgs[m].replace(parallel=p, label=f"{m} {p} calibration") for m, p in runs], 1,
-                         threads_per_rank=threads_per_rank, timeout_s=timeout_s)
-    steps = {k: r.step_time.median for k, r in zip(runs, recs, strict=True)}
-    rates = {(m, 1): compute_rate(r) for (m, p), r in zip(runs, recs, strict=True) if p == "single"}
-    units = {(m, p): wrapped_units(cfgs[m].replace(parallel=p)) for m in models for p in parallels}
-    unit_s = {(m, p): steptime.unit_overhead_s(steps[(m, p)], steps[(m, "single")], units[(m, p)], cfgs[m].accum)
-              for m in models for p in parallels}
-    links, op_links, cycles = {}, {}, {}
+                         repeats=repeats, threads_per_rank=threads_per_rank, timeout_s=timeout_s)
+    return _one_rank_calibration(cfgs, parallels, dict(zip(runs, recs, strict=True)), repeats, threads_per_rank)
+
+
+def _concurrent_cfgs(cfgs: dict, n: int) -> list:
+    return [cfgs[m].replace(parallel="single", label=f"{m} x{n} concurrent calibration") for m in cfgs]
+
+
+def calibrate_count(cal: Calibration, cfgs: dict, n: int, parallels=PARALLELS, *, repeats: int = 3,
+                    link_iters: int = 5, link_stat: str = "p10", timeout_s: float = 900, rates: bool = True,
+                    say=lambda line: None) -> None:
+    """The n-rank part of :func:`calibrate` (n > 1), added to ``cal``: the rate of rank 0 while n
+    independent plain ranks compute (``repeats`` interleaved runs; ``rates=False``: left to the caller, as
+    :func:`validate` measures them in its measuring launch), α–β per collective type and, with FSDP2, its
+    unit cycle. Taught in chapter 24."""
+    models, n = list(cfgs), checks.count("n", n, at_least=2)
     fsdp_ops = ("all_gather", "reduce_scatter") if "fsdp" in parallels else ()
-    for n in (n for n in counts if n > 1):
+    if rates:
         say(f"calibrating: {n} independent plain ranks computing at once, no communication")
-        single = [cfgs[m].replace(parallel="single", label=f"{m} x{n} concurrent calibration") for m in models]
-        rates.update({(m, n): r for m, r in zip(models, measure_concurrent_rates(
-            single, n, threads_per_rank=threads_per_rank, timeout_s=timeout_s), strict=True)})
-        say(f"calibrating: alpha-beta from gloo {', '.join(('all_reduce', *fsdp_ops))} sweeps on {n} ranks ({link_stat})")
-        fits = fit_gloo_links(n, ("all_reduce", *fsdp_ops), iters=link_iters, stat=link_stat)
-        links[n] = fits.pop("all_reduce")
-        if fits:
-            op_links[n] = fits
-            say(f"calibrating: FSDP2 unit cycle on {n} ranks vs 1 (synthetic Linear units, not a GPT)")
-            cycles[n] = fsdp_unit_cycle(n, timeout_s=timeout_s)
-    sources = [
-        "compute: hardware FLOP/s of rank 0 while n ranks train the same model with parallel='single' and no "
-        "communication (n = 1: alone); its own launch, not a validated run",
-        "wrapper: (1-rank DDP or FSDP2 median step - 1-rank plain median step) / (units x micro-batches), >= 0; "
-        "DDP units = gradient buckets, FSDP2 units = blocks + root; scaled by the compute slowdown at n ranks",
+        cal.rates.update({(m, n): r for m, r in zip(models, measure_concurrent_rates(
+            _concurrent_cfgs(cfgs, n), n, repeats=repeats, threads_per_rank=cal.threads_per_rank, timeout_s=timeout_s),
+            strict=True)})
+    say(f"calibrating: alpha-beta from gloo {', '.join(('all_reduce', *fsdp_ops))} sweeps on {n} ranks ({link_stat})")
+    fits = fit_gloo_links(n, ("all_reduce", *fsdp_ops), iters=link_iters, stat=link_stat)
+    cal.links[n] = fits.pop("all_reduce")
+    if fits:
+        cal.op_links[n] = fits
+        say(f"calibrating: FSDP2 unit cycle on {n} ranks vs 1 (synthetic Linear units, not a GPT)")
+        cal.cycles[n] = fsdp_unit_cycle(n, timeout_s=timeout_s)
+    for line in (
         f"link: ring alpha-beta fitted to the {link_stat} of a gloo sweep per collective type (all_reduce for DDP; "
         "all_gather_single and reduce_scatter_single for FSDP2) and rank count (64 KiB-16 MiB)",
-        "FSDP2 comm, n > 1: a + b x unit bytes per unit and micro-batch, fitted to forward+backward of synthetic "
-        f"fully_shard-ed Linear units ({'/'.join(f'{b / 1e6:g}' for b in _fit.CYCLE_UNIT_BYTES)} MB, batch 1) on n ranks "
-        "minus 1 rank; it holds the all-gathers and reduce-scatters (their alpha-beta fits are shown, not added)"]
-    return Calibration(rates=rates, unit_s=unit_s, units=units, links=links, steps=steps, cores=cores_available(),
-                       threads_per_rank=threads_per_rank, sources=sources, op_links=op_links, cycles=cycles)
+        *(["FSDP2 comm, n > 1: a + b x unit bytes per unit and micro-batch, fitted to forward+backward of synthetic "
+           f"fully_shard-ed Linear units ({'/'.join(f'{b / 1e6:g}' for b in _fit.CYCLE_UNIT_BYTES)} MB, batch 1) on "
+           "n ranks minus 1 rank; it holds the all-gathers and reduce-scatters (their alpha-beta fits are shown, not "
+           "added)"] if fits else [])):
+        if line not in cal.sources:
+            cal.sources.append(line)
+
+
+def calibrate(cfgs: dict, counts, parallels=PARALLELS, *, repeats: int = 3, threads_per_rank: int = 1,
+              link_iters: int = 5, link_stat: str = "p10", timeout_s: float = 900, say=lambda line: None) -> Calibration:
+    """Measure this machine's inputs for ``cfgs`` ({model: TrainConfig}) on each rank count in ``counts``:
+    :func:`calibrate_one_rank` (one 1-rank launch: plain, then each wrapper, per model, interleaved), then
+    :func:`calibrate_count` per n > 1 (one launch of n independent plain ranks, one fitting all-reduce — with
+    FSDP2 also all-gather and reduce-scatter — α–β and, with FSDP2, the two of :func:`fsdp_unit_cycle` on
+    synthetic units). None is a run :func:`validate` predicts. Taught in chapter 24."""
+    cal = calibrate_one_rank(cfgs, parallels, repeats=repeats, threads_per_rank=threads_per_rank,
+                             timeout_s=timeout_s, say=say)
+    for n in sorted({checks.count("counts", c) for c in counts} - {1}):
+        calibrate_count(cal, cfgs, n, parallels, repeats=repeats, link_iters=link_iters, link_stat=link_stat,
+                        timeout_s=timeout_s, say=say)
+    return cal
 
 
 @dataclass
@@ -374,6 +350,7 @@ class Validation:
         t["error"] = [f"{e:+.1%}" for e in self.table["error"]]
         if len({r["round"] for r in self.rounds}) > 1:
             t["spread"] = [f"{x:.0%}" for x in self.table["meas_spread"]]
+            t["by round"] = ["/".join(f"{e:+.0%}" for e in errs) for errs in self.table["round_errors"]]
         t[f"within {self.target:.0%}?"] = ["yes" if ok else "NO" for ok in self.table["met"]]
         met = int(self.table["met"].sum())
         return "\n".join([self.calibration.format(), "predicted vs measured (ms per optimizer step; compute, comm "
@@ -385,14 +362,19 @@ class Validation:
 
 def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *, micro_batch: dict | None = None,
              steps: int = 7, warmup_steps: int = 2, threads_per_rank: int = 1, target: float = 0.15,
-             link_iters: int = 5, timeout_s: float = 900, rounds: int = 1, progress=None) -> Validation:
+             link_iters: int = 5, timeout_s: float = 900, rounds: int = 1, repeats: int = 3,
+             progress=None) -> Validation:
     """Calibrate this machine (:func:`calibrate`), predict every model × strategy × rank-count step from
     the calibration, then train each live on gloo ranks and compare with the median measured step.
     ``micro_batch``: {model: sequences per rank} (default 8 for "tiny", 4 for "small"); ``progress``: a
     callable given one line per stage (e.g. ``print``). ``rounds`` > 1 repeats calibration and measurement
     (each round predicts only from its own calibration) and compares the median prediction with the median
     measurement over the rounds; ``meas_spread`` (largest ÷ smallest measured median − 1) is the machine's
-    own run-to-run noise on that cell, the floor under any error the table can show.
+    own run-to-run noise on that cell, the floor under any error the table can show. Within a round every
+    launch runs its configurations ``repeats`` times interleaved and keeps each one's median run
+    (:mod:`labkit.perf_validate_runs`); the 1-rank calibration and the 1-rank cells share one launch, and
+    each n-rank launch measures the cells and then, in the same processes, the compute rate at n ranks
+    (:func:`labkit.perf_validate_runs.measure_steps_then_rates`); links and unit cycle just before.
     Taught in chapter 24 (how far to trust a model), chapter 5, chapter 19 and chapter 20.
     """
     import pandas as pd
@@ -411,21 +393,31 @@ def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *,
     mb = {**_MICRO_BATCH, **(micro_batch or {})}
     cfgs = {m: TrainConfig(model=m, micro_batch=checks.count(f"micro_batch[{m}]", mb.get(m, 4)), steps=steps,
                            warmup_steps=warmup_steps, dtype="fp32", device="cpu", label=m) for m in models}
-    n_rounds = checks.count("rounds", rounds)
-    rows = []
+    n_rounds, k = checks.count("rounds", rounds), checks.count("repeats", repeats)
+    cells, rows = [(m, p) for m in models for p in parallels], []
     for r in range(n_rounds):
         tag = f" (round {r + 1}/{n_rounds})" if n_rounds > 1 else ""
-        cal = calibrate(cfgs, counts, parallels, threads_per_rank=threads_per_rank, link_iters=link_iters,
-                        timeout_s=timeout_s, say=lambda line, tag=tag: say(line + tag))
-        preds = {(m, p, n): cal.predict(cfgs[m].replace(parallel=p), n) for m in models for p in parallels
-                 for n in counts}
-        for n in counts:
-            say(f"measuring: {len(models) * len(parallels)} runs on {n} rank(s){tag}")
-            cells = [(m, p) for m in models for p in parallels]
-            measured = measure_steps([cfgs[m].replace(parallel=p, label=f"{m} {p} x{n}") for m, p in cells], n,
-                                     threads_per_rank=threads_per_rank, timeout_s=timeout_s)
-            for (m, p), rec in zip(cells, measured, strict=True):
-                pr, st = preds[(m, p, n)], rec.step_time
+        line = lambda text, tag=tag: say(text + tag)                                          # noqa: E731
+        runs = [(m, p) for p in ("single", *parallels) for m in models]
+        line(f"calibrating and measuring: 1 rank, plain + {', '.join(parallels)} for {models} (calibration) and "
+             f"{len(cells) if 1 in counts else 0} cells, {k} interleaved repeats in one launch")
+        recs = measure_steps([cfgs[m].replace(parallel=p, label=f"{m} {p} calibration") for m, p in runs]
+                             + [cfgs[m].replace(parallel=p, label=f"{m} {p} x1") for m, p in cells if 1 in counts], 1,
+                             repeats=k, threads_per_rank=threads_per_rank, timeout_s=timeout_s)
+        cal = _one_rank_calibration(cfgs, parallels, dict(zip(runs, recs, strict=False)), k, threads_per_rank)
+        measured = {1: recs[len(runs):]} if 1 in counts else {}
+        for n in counts:          # each count calibrated just before it is measured: the machine drifts
+            if n > 1:
+                calibrate_count(cal, cfgs, n, parallels, repeats=k, link_iters=link_iters, timeout_s=timeout_s,
+                                rates=False, say=line)
+                line(f"measuring: {len(cells)} runs on {n} ranks, {k} interleaved repeats; then the same processes "
+                     "compute independently (the rate at this concurrency)")
+                measured[n], rates = measure_steps_then_rates(
+                    [cfgs[m].replace(parallel=p, label=f"{m} {p} x{n}") for m, p in cells], _concurrent_cfgs(cfgs, n),
+                    n, repeats=k, threads_per_rank=threads_per_rank, timeout_s=timeout_s)
+                cal.rates.update({(m, n): x for m, x in zip(models, rates, strict=True)})
+            for (m, p), rec in zip(cells, measured[n], strict=True):
+                pr, st = cal.predict(cfgs[m].replace(parallel=p), n), rec.step_time
                 rows.append({"model": m, "parallel": p, "ranks": n, "round": r, "pred_compute_ms": pr.compute_s * 1e3,
                              "pred_comm_ms": pr.comm_s * 1e3, "pred_wrapper_ms": pr.overhead_s * 1e3,
                              "pred_step_ms": pr.step_s * 1e3, "meas_step_ms": st.median * 1e3,
@@ -438,8 +430,13 @@ def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *,
         "holds); DDP: one all-reduce per bucket (alpha-beta); FSDP2: the calibrated unit cycle per unit and "
         "micro-batch in place of its alpha-beta collectives, on top of the 1-rank wrapper term (when compute slows "
         "at n ranks, the synthetic units' own 1-rank work slows too and counts in both)",
-        "the 1-rank DDP/FSDP2 cells repeat a calibration configuration in a separate run (repeatability); "
-        "the 2- and 4-rank cells test the model",
+        "the 1-rank DDP/FSDP2 cells repeat a calibration configuration (other runs of the same launch, interleaved "
+        "with it): they check the arithmetic and repeatability; the 2- and 4-rank cells test the model",
+        f"measured: the median run of {k} interleaved repeats of each launch's configurations ({steps - warmup_steps} "
+        f"timed steps each after {warmup_steps} warm-up); each rank count's links and unit cycle calibrated just before "
+        "its cells are measured, and its compute rate in the same launch right after them (the ranks leave the "
+        "process group and train plain, independently): a process's own speed on this VM varies by several per cent "
+        "from one launch to the next, and a rate and the steps it predicts then share it",
         f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {cal.cores} cores",
     ]
     if n_rounds > 1:

@@ -218,7 +218,8 @@ def fsdp_cycle_s(unit_bytes, micro_batches: int, cycle: UnitCycle, *, nranks: in
 def medians_over_rounds(rows, target: float):
     """One row per cell (model, parallel, ranks) of a table of rounds: medians over the rounds of each
     predicted part and of the measured median step, the error of the median prediction against the median
-    measurement (``met``: within ``target``), and ``meas_spread`` = largest / smallest measured median − 1.
+    measurement (``met``: within ``target``), ``meas_spread`` = largest / smallest measured median − 1, and
+    ``round_errors``: each round's own error (its prediction against its measurement), in round order.
     Taught in chapter 24 (how far to trust a model: the machine's own noise)."""
     keys = ["model", "parallel", "ranks"]
     parts = ["pred_compute_ms", "pred_comm_ms", "pred_wrapper_ms", "pred_step_ms", "meas_step_ms", "meas_p10_ms",
@@ -227,6 +228,8 @@ def medians_over_rounds(rows, target: float):
     t = g[parts].median().reset_index()
     spread = g["meas_step_ms"].agg(lambda x: x.max() / x.min() - 1).reset_index(drop=True)
     t["meas_spread"] = spread.to_numpy()
+    t["round_errors"] = [tuple(x) for x in (rows["pred_step_ms"] / rows["meas_step_ms"] - 1).groupby(
+        [rows[k] for k in keys], sort=False).agg(list)]
     t["error"] = t["pred_step_ms"] / t["meas_step_ms"] - 1
     t["met"] = t["error"].abs() <= target
     return t

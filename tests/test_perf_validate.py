@@ -260,17 +260,18 @@ def test_calibration_predicts_from_its_measured_terms():
 def test_calibrate_and_validate_never_predict_from_the_runs_they_check(monkeypatch):
     """With the launches replaced by fakes: calibration runs are their own (plain / 1-rank wrapped /
     concurrent plain, labelled 'calibration'), the validated runs are others, and each prediction is the
-    calibration's arithmetic."""
+    calibration's arithmetic. One 1-rank launch holds the calibration and the 1-rank cells; per n > 1 the
+    links and the unit cycle come first, then one launch measures the cells and then the concurrent rate."""
     launched = _fake_launches(monkeypatch)
     v = pv.validate(models=("tiny",), nranks=(1, 2), micro_batch={"tiny": 2}, steps=3, warmup_steps=1)
-    calib, validated = [x for x in launched if "calibration" in x[0][0]], [x for x in launched if "calibration" not in x[0][0]]
-    assert [c[1] for c in calib[0]] == ["single", "ddp", "fsdp"] and calib[1] == [("tiny x2 concurrent calibration",
-                                                                                    "single", 2)]
-    assert [op for _, op, _ in calib[2]] == ["all_reduce", "all_gather", "reduce_scatter"]
-    assert calib[3] == [("cycle calibration", "synthetic", 2)] and len(calib) == 4
+    assert launched[0] == [("tiny single calibration", "single", 1), ("tiny ddp calibration", "ddp", 1),
+                           ("tiny fsdp calibration", "fsdp", 1), ("tiny ddp x1", "ddp", 1), ("tiny fsdp x1", "fsdp", 1)]
+    assert [op for _, op, _ in launched[1]] == ["all_reduce", "all_gather", "reduce_scatter"]
+    assert launched[2] == [("cycle calibration", "synthetic", 2)]
+    assert launched[3] == [("tiny ddp x2", "ddp", 2), ("tiny fsdp x2", "fsdp", 2),
+                           ("tiny x2 concurrent calibration", "single", 2)] and len(launched) == 4
     assert v.calibration.cycles[2].nranks == 2 and "FSDP2 unit cycle on 2 ranks" in v.format()
     assert set(v.calibration.op_links[2]) == {"all_gather", "reduce_scatter"} and v.calibration.links[2].op == "all_reduce"
-    assert all(p != "single" for run in validated for _, p, _ in run) and len(validated) == 2
     cal = v.calibration
     assert cal.unit_s[("tiny", "fsdp")] == pytest.approx(0.03 / 3) and cal.unit_s[("tiny", "ddp")] == 0.0
     assert cal.slowdown("tiny", 2) == pytest.approx(1.5)
@@ -279,29 +280,46 @@ def test_calibrate_and_validate_never_predict_from_the_runs_they_check(monkeypat
     assert row["pred_wrapper_ms"] == pytest.approx(0.03 * 1.5 * 1e3)
     text = v.format()
     assert "predicted ms" in text and "within 15%?" in text and "FSDP2" in text and "repeat a calibration" in text
+    cal2 = pv.calibrate({"tiny": _cfg_like("single")}, (1, 2), ("ddp",), repeats=2)   # calibration alone
+    assert cal2.rates[("tiny", 2)] == pytest.approx(cal.rates[("tiny", 2)]) and cal2.links[2].op == "all_reduce"
+    assert launched[-2] == [("tiny x2 concurrent calibration", "single", 2)]             # its own launch here
+
+
+def fake_record(cfg, n, step):
+    """A stand-in for rank 0's RunRecord of ``cfg`` on ``n`` ranks with a median step of ``step`` seconds."""
+    mc = cfg.model_config
+    return SimpleNamespace(step_time=SimpleNamespace(median=step, p10=step, p90=step, n=3),
+                           tokens_per_step=cfg.micro_batch * mc.seq_len * n,
+                           hardware_flops_per_token=flops.hardware_flops_per_token(mc.shape()), n_devices=n)
 
 
 def _fake_launches(monkeypatch, machine_speed=lambda: 1.0):
-    """Replace every launch of perf_validate by arithmetic; returns the list of launches made. Validated
-    steps are slowed by ``machine_speed()`` (called once per launch: a machine whose speed drifts)."""
-    launched = []
+    """Replace every launch of perf_validate by arithmetic; returns the list of launches made (each a list
+    of (label, parallel, ranks) in the order run). Validated steps are slowed by ``machine_speed()``
+    (called once per launch that holds validated runs: a machine whose speed drifts)."""
+    launched, rec = [], fake_record
 
-    def rec(cfg, n, step):
-        mc = cfg.model_config
-        return SimpleNamespace(step_time=SimpleNamespace(median=step, p10=step, p90=step, n=3),
-                               tokens_per_step=cfg.micro_batch * mc.seq_len * n,
-                               hardware_flops_per_token=flops.hardware_flops_per_token(mc.shape()), n_devices=n)
+    def steps(cfgs, n):
+        k = machine_speed() if any("calibration" not in c.label for c in cfgs) else 1.0
+        return [rec(c, n, (1.0 if "calibration" in c.label else k) * {"single": 0.1, "ddp": 0.1, "fsdp": 0.13}[c.parallel]
+                    * (1.5 if n > 1 else 1)) for c in cfgs]
+
+    def rates(cfgs, n):
+        return [pv.compute_rate(rec(c, 1, 0.1)) / 1.5 for c in cfgs]
 
     def fake_steps(cfgs, n, **kw):
         launched.append([(c.label, c.parallel, n) for c in cfgs])
-        k = 1.0 if "calibration" in cfgs[0].label else machine_speed()
-        return [rec(c, n, k * {"single": 0.1, "ddp": 0.1, "fsdp": 0.13}[c.parallel] * (1.5 if n > 1 else 1))
-                for c in cfgs]
+        return steps(cfgs, n)
 
     def fake_concurrent(cfgs, n, **kw):
         launched.append([(c.label, c.parallel, n) for c in cfgs])
-        return [pv.compute_rate(rec(c, 1, 0.1)) / 1.5 for c in cfgs]
+        return rates(cfgs, n)
 
+    def fake_steps_then_rates(cfgs, plain, n, **kw):
+        launched.append([(c.label, c.parallel, n) for c in [*cfgs, *plain]])
+        return steps(cfgs, n), rates(plain, n)
+
+    monkeypatch.setattr(pv, "measure_steps_then_rates", fake_steps_then_rates)
     monkeypatch.setattr(pv, "measure_steps", fake_steps)
     monkeypatch.setattr(pv, "measure_concurrent_rates", fake_concurrent)
     def fake_links(n, ops, **kw):
@@ -326,7 +344,7 @@ def test_rounds_compare_medians_and_show_the_machines_own_spread(monkeypatch):
     launched = _fake_launches(monkeypatch, machine_speed=lambda: next(speeds))
     v = pv.validate(models=("tiny",), parallels=("ddp",), nranks=(1, 2), micro_batch={"tiny": 2}, steps=3,
                     warmup_steps=1, rounds=3)
-    assert len(v.rounds) == 6 and len(v.table) == 2 and sum("calibration" in x[0][0] for x in launched) == 9
+    assert len(v.rounds) == 6 and len(v.table) == 2 and sum("calibration" in x[0][0] for x in launched) == 6
     assert [x for x in launched if x[0][0] == "link calibration"][0] == [("link calibration", "all_reduce", 2)]
     assert not [x for x in launched if x[0][0] == "cycle calibration"]         # DDP alone: no FSDP2 cycle
     row = v.table.set_index("ranks").loc[1]
@@ -334,6 +352,9 @@ def test_rounds_compare_medians_and_show_the_machines_own_spread(monkeypatch):
     assert row["error"] == pytest.approx(row["pred_step_ms"] / 110.0 - 1)
     text = v.format()
     assert "spread" in text and "30%" in text and "3 rounds" in text
+    errs = [row["pred_step_ms"] / (100.0 * k) - 1 for k in (1.0, 1.3, 1.1)]   # the prediction is the same each round
+    assert row["round_errors"] == pytest.approx(errs) and "by round" in text
+    assert "/".join(f"{e:+.0%}" for e in errs) in text
     with pytest.raises(ValueError, match="rounds=0"):
         pv.validate(models=("tiny",), rounds=0)
 
