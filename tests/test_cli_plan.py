@@ -36,6 +36,10 @@ def test_plan_text_and_json(capsys):
     d = json.loads(capsys.readouterr().out)
     assert len(d["layouts"]) == 3 and d["layouts"][0]["rank"] == 1 and d["best"]["n_gpus"] == 16
     assert d["explain"].startswith("Best:")
+    assert main([*PLAN, "--json", "--top", "500"]) == 0
+    assert {row["cp"] for row in json.loads(capsys.readouterr().out)["layouts"]} == {1}     # CP only when asked
+    assert main([*PLAN, "--json", "--cps", "1,2", "--top", "500"]) == 0
+    assert {row["cp"] for row in json.loads(capsys.readouterr().out)["layouts"]} == {1, 2}
 
 
 @pytest.mark.parametrize("argv, match", [
@@ -48,6 +52,8 @@ def test_plan_text_and_json(capsys):
     ([*PLAN[:11], "--top", "0"], r"--top=0"),
     ([*PLAN[:11], "--strategies", ","], r"--strategies=',' is empty"),
     ([*PLAN[:11], "--gpus", "999"], r"n_gpus=999"),
+    ([*PLAN[:11], "--cps", "1,two"], r"--cps='1,two' is not valid.*comma-separated positive integers"),
+    ([*PLAN[:11], "--eps", "0"], r"--eps item=0"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, match, capsys):
     import re

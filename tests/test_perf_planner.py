@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.flops import ModelShape
-from labkit.perf import cluster, plan
+from labkit.perf import cluster, plan, predict
 
 LLAMA_13B = ModelShape(n_layers=40, d_model=5120, n_heads=40, d_ff=13824, vocab_size=32000, seq_len=2048,
                        ffn="swiglu", tied_embeddings=False, norm="rmsnorm", pos_emb="rope", name="llama-13b")
@@ -95,3 +95,33 @@ def test_interleaved_schedules_are_searched_and_shrink_the_bubble():
         assert b.comm_s["pp"] == pytest.approx(a.comm_s["pp"] * inter[3], rel=1e-9)
     assert all(q.layout.virtual_stages == 1 for q in plan("llama3-70b", cluster("a100-25gbe"), virtual_stages=(),
                                                           **args).predictions)
+
+
+def test_context_and_expert_parallel_are_searched_where_they_divide():
+    """CP degrees divide the sequence and the GPUs left by tp·pp; EP degrees only on a MoE model, dividing
+    dp and the experts; a dense model never gets ep > 1, and (1,) searches neither."""
+    args = dict(global_batch=64, seq_len=4096, micro_batches=(1,), strategies=("zero1",), recompute=("selective",),
+                virtual_stages=())
+    dense = plan("llama3-8b", cluster("dgx-a100", nodes=2), context_parallel=(1, 2, 4, 8), **args)
+    cps = {q.layout.cp for q in dense.predictions}
+    assert cps == {1, 2, 4, 8} and all(q.layout.ep == 1 for q in dense.predictions)
+    for q in dense.predictions:
+        lay = q.layout
+        assert lay.dp * lay.tp * lay.pp * lay.cp == 16 and 4096 % lay.cp == 0
+    cp2 = next(q for q in dense.predictions if q.layout.cp == 2)
+    assert cp2.comm_s["cp"] > 0 and "cp" in dense.table().columns
+    assert {q.layout.cp for q in plan("llama3-8b", cluster("dgx-a100", nodes=2), **args).predictions} == {1}  # default
+    moe = plan("mixtral-8x7b", cluster("dgx-a100", nodes=2), **args)
+    eps = {q.layout.ep for q in moe.predictions}
+    assert eps > {1} and eps <= {1, 2, 4, 8}
+    for q in moe.predictions:
+        assert q.layout.dp % q.layout.ep == 0 and 8 % q.layout.ep == 0
+        assert (q.comm_s.get("ep", 0) > 0) == (q.layout.ep > 1)
+    ep_best = max((q for q in moe.predictions if q.layout.ep > 1), key=lambda q: q.tokens_per_s)
+    same_without = predict("mixtral-8x7b", ep_best.layout.with_(ep=1), cluster("dgx-a100", nodes=2), global_batch=64,
+                           seq_len=4096)
+    assert ep_best.memory["total"] < same_without.memory["total"]                    # experts split: less to hold
+    with pytest.raises(ValueError, match="context_parallel item=0"):
+        plan("llama3-8b", cluster("dgx-a100"), context_parallel=(0,), **args)
+    with pytest.raises(ValueError, match="expert_parallel must be a non-empty list"):
+        plan("llama3-8b", cluster("dgx-a100"), expert_parallel=(), **args)

@@ -49,7 +49,8 @@ def register(subparsers) -> None:
     p.add_argument("--sync-ms", type=float, default=0.0, help="serial milliseconds per step (optimizer, barriers)")
     p.set_defaults(func=run_predict)
     q = subparsers.add_parser("plan", help="rank the parallel layouts of a model on a cluster",
-                              description="Enumerate dp × tp × pp, micro-batch, DP strategy and recompute; keep "
+                              description="Enumerate dp × tp × pp × cp (and ep for a MoE model), micro-batch, DP "
+                                          "strategy and recompute; keep "
                                           "those that fit in memory; rank by predicted tokens/s; explain the winner.")
     _common(q)
     q.add_argument("--gpus", type=int, help="GPUs to use (default: all of the cluster)")
@@ -58,6 +59,9 @@ def register(subparsers) -> None:
     q.add_argument("--strategies", default="ddp,zero1,zero2,zero3,fsdp", help="comma-separated DP strategies")
     q.add_argument("--memory-fraction", type=float, default=0.9,
                    help="share of a GPU's memory a layout may use (default 0.9)")
+    q.add_argument("--cps", default="1", help="comma-separated CP degrees tried where they divide, e.g. 1,2,4,8 for long "
+                                              "sequences (default 1: CP's model omits costs that matter at short ones)")
+    q.add_argument("--eps", default="1,2,4,8", help="comma-separated EP degrees tried on a MoE model (default 1,2,4,8)")
     q.set_defaults(func=run_plan)
 
 
@@ -92,6 +96,15 @@ def _sync(ms):
     return checks.nonneg("--sync-ms", ms) / 1e3
 
 
+def _degrees(flag: str, text: str) -> tuple:
+    from labkit import checks
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items or not all(t.isdigit() for t in items):
+        raise ValueError(f"{flag}={text!r} is not valid: give comma-separated positive integers, e.g. '1,2,4'")
+    return tuple(checks.count(f"{flag} item", int(t)) for t in items)
+
+
 def run_plan(args) -> int:
     from labkit import checks
     from labkit.perf import plan
@@ -102,7 +115,8 @@ def run_plan(args) -> int:
         raise ValueError(f"--strategies={args.strategies!r} is empty: give e.g. 'ddp,zero1'")
     res = plan(_model(args.model), _cluster(args), global_batch=args.global_batch, seq_len=args.seq_len,
                achievable=args.achievable, method=args.method, dtype=args.dtype, strategies=strategies,
-               allow_cross_node_tp=args.allow_cross_node_tp, memory_fraction=args.memory_fraction, n_gpus=args.gpus)
+               allow_cross_node_tp=args.allow_cross_node_tp, memory_fraction=args.memory_fraction, n_gpus=args.gpus,
+               context_parallel=_degrees("--cps", args.cps), expert_parallel=_degrees("--eps", args.eps))
     table = res.table(top)
     if args.json:
         print(json.dumps({"model": res.model, "cluster": res.cluster.name, "global_batch": res.global_batch,

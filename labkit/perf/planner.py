@@ -1,7 +1,8 @@
 """The layout planner: enumerate the layouts of a model on a cluster, keep those that fit, rank them.
 
-For every dp × tp × pp = GPUs (tp dividing the heads and, unless allowed, at most the GPUs of a node;
-pp dividing the layers), every pipeline schedule (``schedule``, and with pp > 1 the interleaved one with
+For every dp × tp × pp × cp = GPUs (tp dividing the heads and, unless allowed, at most the GPUs of a node;
+pp dividing the layers; cp, of ``context_parallel``, dividing the sequence), every ep of ``expert_parallel``
+that divides dp and the experts of a MoE model (dense models: ep = 1), every pipeline schedule (``schedule``, and with pp > 1 the interleaved one with
 each of ``virtual_stages`` model chunks per stage that divides the layers: a smaller bubble, (p−1)/(v·m),
 for v times the pipeline sends), every micro-batch that divides the global batch, every DP strategy and every
 recompute policy, :func:`labkit.perf.predict.predict` gives the step; layouts whose predicted memory
@@ -9,8 +10,10 @@ exceeds ``memory_fraction`` of a GPU's memory are set aside with the reason. The
 predicted tokens/s (ties: less memory first). :meth:`Plan.explain` says which term of the step decides
 between the winner and the runner-up, and whether keeping TP inside a node mattered.
 
-CP and EP are not searched (degree 1): they are for long sequences and MoE (chapter 26); give them to
-:func:`labkit.perf.predict.predict` directly.
+CP and EP are searched with :func:`labkit.perf.predict.predict`'s simpler models of them (its
+assumptions say so): EP by default on a MoE model (it splits the experts for all-to-alls); CP only when
+asked (``context_parallel``), since its model leaves out costs that matter at ordinary sequence lengths
+(see :func:`plan`); it is for long sequences, where activations ÷ cp decide (chapter 26).
 
 Taught in chapter 24 (choosing a parallel layout) and lab10 (planner).
 """
@@ -64,7 +67,8 @@ class Plan:
         rows = []
         for i, p in enumerate(self.predictions[:top] if top else self.predictions, 1):
             lay, t = p.layout, p.terms()
-            rows.append({"rank": i, "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "strategy": lay.strategy,
+            rows.append({"rank": i, "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep,
+                         "strategy": lay.strategy,
                          "micro_batch": lay.micro_batch, "micro_batches": p.micro_batches,
                          "recompute": lay.recompute, "tokens_per_s": p.tokens_per_s,
                          "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu, "mfu": p.mfu, "step_s": p.step_s,
@@ -122,12 +126,18 @@ def plan(model, cluster: Cluster, *, global_batch: int, seq_len: int | None = No
          method: str = "palm", dtype: str = "bf16", strategies=STRATEGIES, recompute=RECOMPUTE,
          micro_batches=(1, 2, 4, 8), schedule: str = "1f1b", virtual_stages=(2, 4), allow_cross_node_tp: bool = False,
          sequence_parallel: bool = True, flash_attention: bool = True, memory_fraction: float = 0.9,
-         n_gpus: int | None = None) -> Plan:
+         n_gpus: int | None = None, context_parallel=(1,), expert_parallel=(1, 2, 4, 8)) -> Plan:
     """Enumerate, predict and rank the layouts of ``model`` on ``cluster`` (module docstring).
 
     ``n_gpus``: GPUs to use (default all of the cluster). ``strategies``, ``recompute``,
     ``micro_batches``: the choices searched. ``virtual_stages``: model chunks per stage tried with the
     interleaved schedule when pp > 1 (``()``: only ``schedule``). ``allow_cross_node_tp``: also try tp > GPUs per node.
+    ``context_parallel`` / ``expert_parallel``: the CP and EP degrees tried where they divide (``(1,)``: none).
+    CP is not searched by default: predict's CP term prices the K/V all-gathers only, not the lower
+    achievable fraction of matmuls over s/cp tokens nor causal attention's load imbalance, so on ordinary
+    sequence lengths it over-rates CP against TP (on Llama 3 70B over 25 GbE it would pick CP8 over TP8 inside
+    a node, where Llama 3 itself used TP8 and CP only for long context: Dubey et al. 2024, Table 4). Give
+    ``context_parallel=(1, 2, 4, 8)`` when long sequences make activations the limit.
     ``memory_fraction``: share of a GPU's memory a layout may use (the rest for buffers, fragmentation,
     the CUDA context). Other arguments as :func:`labkit.perf.predict.predict`.
 
@@ -146,6 +156,8 @@ def plan(model, cluster: Cluster, *, global_batch: int, seq_len: int | None = No
         raise checks.ArgumentTypeError(f"virtual_stages must be a list or tuple (may be empty), got "
                                        f"{type(virtual_stages).__name__} {virtual_stages!r:.60}")
     vs = tuple(checks.count("virtual_stages item", v, at_least=2) for v in virtual_stages)
+    cps = tuple(checks.count("context_parallel item", c) for c in _seq("context_parallel", context_parallel))
+    eps = tuple(checks.count("expert_parallel item", e) for e in _seq("expert_parallel", expert_parallel))
     allow = checks.flag("allow_cross_node_tp", allow_cross_node_tp)
     frac = checks.fraction("memory_fraction", memory_fraction, open_low=True)
     limit = frac * cluster.memory_bytes
@@ -157,21 +169,23 @@ def plan(model, cluster: Cluster, *, global_batch: int, seq_len: int | None = No
         for pp in _divisors(world // tp):
             if shape.n_layers % pp:
                 continue
-            dp = world // (tp * pp)
-            scheds = [(schedule, 1)] + [("interleaved", v) for v in vs if pp > 1 and shape.n_layers % (pp * v) == 0]
-            for mb in mbs:
-                if B % (mb * dp):
-                    continue
-                for (sched, v), strat, rc in product(scheds, strategies if dp > 1 else strategies[:1], recompute):
-                    lay = Layout(dp=dp, tp=tp, pp=pp, strategy=strat, micro_batch=mb, schedule=sched,
-                                 virtual_stages=v, recompute=rc, dtype=dtype,
-                                 sequence_parallel=sequence_parallel and tp > 1, flash_attention=flash_attention)
-                    p = predict(shape, lay, cluster, global_batch=B, achievable=achievable, method=method)
-                    if p.memory["total"] > limit:
-                        rejected.append((lay, f"needs {p.memory['total'] / 2**30:.1f} GiB per GPU > "
-                                              f"{limit / 2**30:.1f} GiB"))
-                    else:
-                        preds.append(p)
+            for cp in sorted({c for c in cps if (world // (tp * pp)) % c == 0 and shape.seq_len % c == 0}):
+                dp = world // (tp * pp * cp)
+                moe = [e for e in eps if e > 1 and dp % e == 0 and shape.n_experts > 1 and shape.n_experts % e == 0]
+                scheds = [(schedule, 1)] + [("interleaved", v) for v in vs if pp > 1 and shape.n_layers % (pp * v) == 0]
+                for mb, ep in product(mbs, sorted({1, *moe})):
+                    if B % (mb * dp):
+                        continue
+                    for (sched, v), strat, rc in product(scheds, strategies if dp * cp > 1 else strategies[:1], recompute):
+                        lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, strategy=strat, micro_batch=mb, schedule=sched,
+                                     virtual_stages=v, recompute=rc, dtype=dtype,
+                                     sequence_parallel=sequence_parallel and tp > 1, flash_attention=flash_attention)
+                        p = predict(shape, lay, cluster, global_batch=B, achievable=achievable, method=method)
+                        if p.memory["total"] > limit:
+                            rejected.append((lay, f"needs {p.memory['total'] / 2**30:.1f} GiB per GPU > "
+                                                  f"{limit / 2**30:.1f} GiB"))
+                        else:
+                            preds.append(p)
     preds.sort(key=lambda p: (p.step_s, p.memory["total"]))
     return Plan(model=shape.name or "model", cluster=cluster, global_batch=B, seq_len=shape.seq_len,
                 predictions=tuple(preds), rejected=tuple(rejected), memory_limit=limit)
