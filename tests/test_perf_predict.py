@@ -261,3 +261,44 @@ def test_expert_and_context_parallel_simple_models():
     cp = predict("llama3-8b", Layout(dp=4, cp=2, tp=8, strategy="zero1"), cluster("dgx-h100"), **kw)
     assert cp.comm_s["cp"] > 0 and cp.memory["activations"] < flat.memory["activations"]
     assert "CP (simple model)" in " ".join(cp.assumptions)
+
+
+def test_a_cluster_priced_with_links_fitted_to_nccl_tests_tables():
+    """Issue #15: a cluster's links from a parsed nccl-tests table. The course's SYNTHETIC tables were
+    generated from known fabrics (labkit.comm.synthetic), so the fits must give those fabrics back."""
+    from pathlib import Path
+
+    from labkit import comm
+    from labkit.comm.synthetic import fabric
+
+    root = Path(__file__).resolve().parents[1] / "datasets" / "comm"
+    read = lambda name: comm.parse((root / name).read_text())[1]            # noqa: E731
+    intra = read("nccl_tests_all_reduce_h100_nvlink_8gpu.SYNTHETIC.txt").fit()
+    inter = read("nccl_tests_all_reduce_2node_25gbe.SYNTHETIC.txt").fit()
+    h100, eth = fabric("h100-nvlink-node"), fabric("pcie-2node-25gbe")
+    assert intra.nranks == 8 and 1 / intra.beta_s_per_byte == pytest.approx(h100.intra_bw, rel=0.05)
+    assert inter.nranks == 16 and 1 / inter.beta_s_per_byte == pytest.approx(eth.inter_bw, rel=0.05)
+    fitted = cluster("a100-25gbe").with_links(inter=inter)
+    assert fitted.inter_bw == pytest.approx(1 / inter.beta_s_per_byte) and fitted.intra_bw == 300e9
+    assert fitted.inter_alpha_s == pytest.approx(inter.alpha_s) and "inter-node link fitted" in fitted.description
+    lay = Layout(dp=64, strategy="zero1", micro_batch=1)
+    line = predict("llama3-8b", lay, cluster("a100-25gbe"), global_batch=512, seq_len=2048)
+    meas = predict("llama3-8b", lay, fitted, global_batch=512, seq_len=2048)
+    assert meas.comm_s["dp"] > line.comm_s["dp"]              # 93 % of line rate: the fitted link is slower
+    both = cluster("dgx-h100").with_links(intra=intra)
+    assert both.intra_bw == pytest.approx(1 / intra.beta_s_per_byte) and both.inter_bw == cluster("dgx-h100").inter_bw
+    with pytest.raises(ValueError, match="intra was fitted on 16 ranks, more than a node's 8 GPUs"):
+        cluster("a100-25gbe").with_links(intra=inter)
+    with pytest.raises(ValueError, match="inter was fitted on 8 ranks, within one node"):
+        cluster("a100-25gbe").with_links(inter=intra)
+    with pytest.raises(ValueError, match="needs intra= or inter="):
+        cluster("a100-25gbe").with_links()
+    with pytest.raises(TypeError, match="must be a labkit.comm.AlphaBeta"):
+        cluster("a100-25gbe").with_links(inter=3e9)
+    table = read("nccl_tests_all_reduce_h100_nvlink_8gpu.SYNTHETIC.txt")
+    with pytest.raises(ValueError, match="place='both'"):
+        table.fit("both")
+    with pytest.raises(ValueError, match="at least 2 sizes"):
+        replace(table, rows=table.rows.iloc[:1]).fit()
+    with pytest.raises(ValueError, match="does not say its op"):
+        replace(table, op=None).fit()

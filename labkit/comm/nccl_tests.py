@@ -63,6 +63,25 @@ class NcclTestsResult:
     format: str | None = None                  # "new" (#wrong) or "old" (error), from the header or the fields
     nranks_from: str | None = None             # "rank lines" or "nThread x nGpus" (x mpirun -np)
 
+    def fit(self, place: str = "oop"):
+        """α and β of the ring model (:func:`labkit.comm.fit_alpha_beta`) fitted to this table's times —
+        ``place`` "oop" (out-of-place, default) or "ip" — on its op and rank count; feed it to
+        :meth:`labkit.perf.Cluster.with_links` to price a cluster with the links it measured.
+        Taught in chapter 11 (α–β fits) and chapter 24 (a cluster from its own measurements)."""
+        from labkit.checks import one_of
+        from labkit.comm.models import fit_alpha_beta
+
+        col = f"{one_of('place', place, ('oop', 'ip'))}_time_us"
+        if self.op is None or self.nranks is None:
+            raise ValueError(f"this nccl-tests table does not say its {'op' if self.op is None else 'rank count'}: "
+                             "parse it with op=... or keep the 'Rank N' device lines / the mpirun command line")
+        rows = self.rows.dropna(subset=[col]) if col in self.rows else self.rows.iloc[0:0]
+        rows = rows[rows["size"] > 0]
+        if rows["size"].nunique() < 2:
+            raise ValueError(f"a fit needs at least 2 sizes with a {place} time, this table has "
+                             f"{rows['size'].nunique()}")
+        return fit_alpha_beta(rows["size"], rows[col] * 1e-6, self.op, self.nranks)
+
     def implied_bus_factor(self) -> pd.Series:
         """busbw/algbw per row (out-of-place): compare with :func:`labkit.comm.bus_factor`."""
         return self.rows["oop_busbw"] / self.rows["oop_algbw"]

@@ -161,6 +161,36 @@ class Cluster:
         """Seconds per byte of one GPU's share of its node's NICs (all GPUs of a node talking at once)."""
         return self.gpus_per_node / self.inter_bw
 
+    def with_links(self, *, intra=None, inter=None) -> Cluster:
+        """The same cluster with links *measured* instead of catalogued: ``intra`` an α–β fitted to a ring
+        inside one node, ``inter`` one fitted to a ring that spans nodes (its slowest hop is the network,
+        so 1/β is the node's bandwidth between nodes, the busbw such a test reaches). Each is a
+        :class:`labkit.comm.AlphaBeta`: from a parsed nccl-tests table (``labkit.comm.parse(text)[1].fit()``)
+        or a live sweep (:func:`labkit.comm.benchmark` + :func:`labkit.comm.fit_alpha_beta`). The description
+        says which links were fitted. Taught in chapter 24 (a cluster from its own measurements) and chapter 11."""
+        kw, said = {}, []
+        for name, ab in (("intra", intra), ("inter", inter)):
+            if ab is None:
+                continue
+            if not all(hasattr(ab, k) for k in ("alpha_s", "beta_s_per_byte", "nranks", "op")):
+                raise checks.ArgumentTypeError(f"{name} must be a labkit.comm.AlphaBeta (a fit), got "
+                                               f"{type(ab).__name__} {ab!r:.60}")
+            n, g = ab.nranks, self.gpus_per_node
+            if name == "intra" and n > g:
+                raise ValueError(f"intra was fitted on {n} ranks, more than a node's {g} GPUs: it crossed nodes; "
+                                 "give it as inter=")
+            if name == "inter" and n <= g:
+                raise ValueError(f"inter was fitted on {n} ranks, within one node of {g} GPUs: it never crossed "
+                                 "the network; give it as intra=")
+            beta = checks.positive(f"{name}.beta_s_per_byte", ab.beta_s_per_byte)
+            kw[f"{name}_bw"], kw[f"{name}_alpha_s"] = 1.0 / beta, checks.nonneg(f"{name}.alpha_s", ab.alpha_s)
+            said.append(f"{name}-node link fitted ({ab.op} on {n} ranks: α {ab.alpha_s * 1e6:.1f} µs, "
+                        f"{1 / beta / 1e9:.3g} GB/s)")
+        if not kw:
+            raise ValueError("with_links needs intra= or inter= (an AlphaBeta fit), got neither")
+        return replace(self, **kw, description=f"{self.description}; " + "; ".join(said) if self.description
+                       else "; ".join(said))
+
     def with_nodes(self, nodes: int) -> Cluster:
         """The same cluster with ``nodes`` nodes."""
         return replace(self, nodes=checks.count("nodes", nodes))
