@@ -4,7 +4,7 @@
         [--repeats 3] [--rounds 1]
 
 First calibrate this machine with runs that are never the ones predicted (labkit.perf_validate.calibrate):
-the compute rate of rank 0 while N ranks train the same model independently with no communication (the
+the compute rate a synchronous step keeps while N ranks train the same model independently with no communication (the
 achievable rate at N ranks: sharing cores, memory bandwidth, caches), the data-parallel wrapper's own
 seconds per unit from 1-rank DDP / FSDP2 runs against a 1-rank plain run, and α–β from the p10 of a gloo
 sweep per collective type (all-reduce; FSDP2's all-gather and reduce-scatter) and rank count, and FSDP2's

@@ -5,7 +5,8 @@ both come from catalogues (a datasheet peak × an assumed achievable fraction; N
 line rates). Here every input is *measured* on the machine the CPU ranks run on, by calibration runs
 that are never the runs being predicted (:func:`calibrate`):
 
-- **compute at this concurrency**: the achieved hardware FLOP/s of rank 0 while N ranks train the same
+- **compute at this concurrency**: the achieved hardware FLOP/s a synchronous step keeps (:func:`labkit.perf_validate_runs.pace`: the
+  slowest rank's while each has a core, else the harmonic mean) while N ranks train the same
   model independently, with no communication (``parallel="single"``, one thread each) — the "achievable
   rate at N ranks", as one measures a GPU's achievable rate instead of assuming it. It holds what
   sharing the machine costs (cores when ranks exceed them, memory bandwidth, caches); 1 rank alone gives
@@ -25,7 +26,7 @@ that are never the runs being predicted (:func:`calibrate`):
 
 The step of DDP or FSDP2 on N ranks is then (:func:`predict_step`, from :mod:`labkit.perf.steptime`)::
 
-    compute  = compute_time(tokens, hardware FLOPs/token, rate of rank 0 with N ranks computing)
+    compute  = compute_time(tokens, hardware FLOPs/token, the pace of N ranks computing)
     comm     = data_parallel_comm_s(cfg, model, units, N, α–β per collective type)      (DDP)
              = micro-batches × Σ_units (a + b·unit bytes), the calibrated unit cycle       (FSDP2)
     wrapper  = per-unit seconds × units × micro-batches × concurrency slowdown (CPU work on shared cores)
@@ -195,7 +196,7 @@ def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int
 
 @dataclass
 class Calibration:
-    """This machine's measured inputs: ``rates[(model, n)]`` FLOP/s of rank 0 with n ranks computing,
+    """This machine's measured inputs: ``rates[(model, n)]`` FLOP/s kept by n ranks computing (pace),
     ``unit_s[(model, parallel)]`` wrapper seconds per unit and micro-batch, ``units[(model, parallel)]``,
     ``links[n]`` (all-reduce α–β), ``op_links[n]`` ({"all_gather", "reduce_scatter": α–β}, FSDP2's
     collectives), ``cycles[n]`` FSDP2's unit cycle (:func:`fsdp_unit_cycle`), ``steps[(model, parallel)]`` the
@@ -258,8 +259,10 @@ def _one_rank_calibration(cfgs: dict, parallels, recs: dict, repeats: int, threa
     unit_s = {(m, p): _paired_unit_s(recs[(m, p)], recs[(m, "single")], units[(m, p)], cfgs[m].accum)
               for m in models for p in parallels}
     sources = [
-        f"compute: hardware FLOP/s of rank 0 while n ranks train the same model with parallel='single' and no "
-        f"communication (n = 1: alone), median of {repeats} interleaved runs; never a validated run",
+        f"compute: hardware FLOP/s a synchronous step keeps while n ranks train the same model with parallel='single' "
+        f"and no communication, every rank computing until all have measured (n = 1: alone): the slowest rank's "
+        f"with a core per rank, the harmonic mean with more ranks than cores; each rank's median of {repeats} "
+        "interleaved runs; never a validated run",
         f"wrapper: median over {repeats} interleaved repeats of (1-rank DDP or FSDP2 median step - 1-rank plain median "
         "step of the same repeat) / (units x micro-batches), >= 0; DDP units = gradient buckets, FSDP2 units = "
         "blocks + root; scaled by the compute slowdown at n ranks"]
@@ -287,8 +290,8 @@ def _concurrent_cfgs(cfgs: dict, n: int) -> list:
 def calibrate_count(cal: Calibration, cfgs: dict, n: int, parallels=PARALLELS, *, repeats: int = 3,
                     link_iters: int = 5, link_stat: str = "p10", timeout_s: float = 900, rates: bool = True,
                     say=lambda line: None) -> None:
-    """The n-rank part of :func:`calibrate` (n > 1), added to ``cal``: the rate of rank 0 while n
-    independent plain ranks compute (``repeats`` interleaved runs; ``rates=False``: left to the caller, as
+    """The n-rank part of :func:`calibrate` (n > 1), added to ``cal``: the rate n independent
+    plain ranks keep together (``repeats`` interleaved runs; ``rates=False``: left to the caller, as
     :func:`validate` measures them in its measuring launch), α–β per collective type and, with FSDP2, its
     unit cycle. Taught in chapter 24."""
     models, n = list(cfgs), checks.count("n", n, at_least=2)

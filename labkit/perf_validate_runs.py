@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from labkit import checks
 
-__all__ = ["compute_rate", "measure_steps", "measure_concurrent_rates", "measure_steps_then_rates",
+__all__ = ["compute_rate", "pace", "measure_steps", "measure_concurrent_rates", "measure_steps_then_rates",
            "measure_compute_rate", "median_run", "run_medians"]
 
 
@@ -91,31 +91,68 @@ def measure_steps(cfgs, nranks: int, *, repeats: int = 1, threads_per_rank: int 
     return list(res.value)
 
 
-def _independent_cells(cfgs: list, extra_steps: int, repeats: int = 1) -> list:
+def _independent_cells(cfgs: list, repeats: int, flags: str, world: tuple | None = None) -> list:
     """What each rank runs for a concurrent-rate calibration: leave the process group (no communication at
-    all), then train each config alone, ``repeats`` times interleaved; ranks other than 0 run ``extra_steps``
-    more so that rank 0 measures every step with all ranks computing. Rank 0's rate per config: the median
-    over the repeats."""
+    all), train each config alone, ``repeats`` times interleaved, then say so with a file in ``flags`` and keep
+    training short filler runs until every rank has said so — so every rank measures every step with all
+    ranks computing. This rank's rate per config: the median over the repeats. ``world``: (rank, ranks) when
+    no process group says so (tests)."""
     import statistics
+    from pathlib import Path
 
     import torch.distributed as dist
 
     from labkit.train import train
 
-    rank = dist.get_rank() if dist.is_initialized() else 0
+    rank, n = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (world or (0, 1))
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
-    runs = [[train(c if rank == 0 else c.replace(steps=c.steps + extra_steps)) for c in cfgs] for _ in range(repeats)]
+    runs = [[train(c) for c in cfgs] for _ in range(repeats)]
+    (Path(flags) / f"done.{rank}").touch()
+    filler = cfgs[0].replace(steps=2, warmup_steps=0, label="filler")
+    while len(list(Path(flags).glob("done.*"))) < n:
+        train(filler)
     return [statistics.median(compute_rate(r[i]) for r in runs) for i in range(len(cfgs))]
+
+
+def _launch_independent(target, n: int, args: tuple, threads: int, timeout_s: float):
+    """Launch ``target(*args, flags)`` on ``n`` ranks with a fresh folder for :func:`_independent_cells`' flags
+    (removed afterwards, whatever happens); every rank's return value."""
+    import shutil
+    import tempfile
+
+    from labkit.launcher.parent import launch
+
+    flags = tempfile.mkdtemp(prefix="labkit-rates-")
+    try:
+        return launch(target, n, args=(*args, flags), env={"OMP_NUM_THREADS": str(threads)}, timeout_s=timeout_s,
+                      stream=False).values
+    finally:
+        shutil.rmtree(flags, ignore_errors=True)
+
+
+def pace(per_rank: list, cores: int) -> list:
+    """Per config, the rate a synchronous step of these ranks keeps, from each rank's independent rate
+    (``per_rank[rank][config]``): the slowest rank's while every rank has a core of its own (ranks ≤
+    ``cores``: the others wait for it, and their cores idle); with more ranks than cores a waiting rank
+    gives its core to the others, so the step goes at the ranks' harmonic-mean rate (the same total work on
+    the same total cores). Taught in chapter 9 (stragglers) and chapter 24."""
+    n, c = len(per_rank), checks.count("cores", cores)
+    if n == 0 or any(len(r) != len(per_rank[0]) for r in per_rank):
+        raise ValueError(f"per_rank must hold one equal-length list of rates per rank, got {per_rank!r:.80}")
+    cols = [[checks.positive("rate", r[i]) for r in per_rank] for i in range(len(per_rank[0]))]
+    return [min(col) if n <= c else n / sum(1 / x for x in col) for col in cols]
 
 
 def measure_concurrent_rates(cfgs, nranks: int, *, repeats: int = 1, threads_per_rank: int = 1,
                              timeout_s: float = 600) -> list:
-    """Achieved hardware FLOP/s of rank 0 for each of ``cfgs`` (``parallel="single"``) while ``nranks``
+    """Achieved hardware FLOP/s per rank for each of ``cfgs`` (``parallel="single"``) while ``nranks``
     ranks train it at once, independently and without communication — the compute rate at this
-    concurrency (:func:`compute_rate`; the median over ``repeats`` interleaved runs).
-    Taught in chapter 5 and chapter 24."""
+    concurrency: each rank's median over ``repeats`` interleaved runs (:func:`compute_rate`), combined by
+    :func:`pace` into the rate a synchronous step keeps (the slowest rank's while each rank has its own core:
+    on this VM one of two ranks often computes 10–20 % slower than the other). Taught in chapter 5,
+    chapter 9 (stragglers) and chapter 24."""
     cfgs = list(cfgs)
     if not cfgs or any(getattr(c, "parallel", None) != "single" for c in cfgs):
         raise ValueError("measure_concurrent_rates needs TrainConfigs with parallel='single', got "
@@ -123,17 +160,15 @@ def measure_concurrent_rates(cfgs, nranks: int, *, repeats: int = 1, threads_per
     n = checks.count("nranks", nranks)
     t = checks.count("threads_per_rank", threads_per_rank)
     k = checks.count("repeats", repeats)
-    from labkit.launcher.parent import launch
+    from labkit.launcher.parent import cores_available
 
-    res = launch(_independent_cells, n, args=(cfgs, 2, k), env={"OMP_NUM_THREADS": str(t)}, timeout_s=timeout_s,
-                 stream=False)
-    return list(res.value)
+    return pace(_launch_independent(_independent_cells, n, (cfgs, k), t, timeout_s), cores_available())
 
 
-def _steps_then_independent(cfgs: list, plain: list, repeats: int) -> tuple:
+def _steps_then_independent(cfgs: list, plain: list, repeats: int, flags: str) -> tuple:
     """What each rank runs for :func:`measure_steps_then_rates`: ``cfgs`` with the process group
     (:func:`_rank_cells`), then — in the same processes — ``plain`` independently (:func:`_independent_cells`)."""
-    return _rank_cells(cfgs, repeats), _independent_cells(plain, 2, repeats)
+    return _rank_cells(cfgs, repeats), _independent_cells(plain, repeats, flags)
 
 
 def measure_steps_then_rates(cfgs, plain, nranks: int, *, repeats: int = 1, threads_per_rank: int = 1,
@@ -141,9 +176,9 @@ def measure_steps_then_rates(cfgs, plain, nranks: int, *, repeats: int = 1, thre
     """(rank 0's :func:`median_run` record per config of ``cfgs``, the concurrent rate per config of
     ``plain``) from ONE launch of ``nranks`` ranks: first ``cfgs`` (data-parallel, interleaved ``repeats``
     times), then the same processes leave the process group and train ``plain`` (``parallel="single"``)
-    independently, as :func:`measure_concurrent_rates`. A process's speed on a shared VM differs from the
-    next process's by several per cent (where its memory and threads land); measured here, a rate and the
-    steps it predicts share it. Taught in chapter 24 (calibrate where you measure)."""
+    independently, as :func:`measure_concurrent_rates` (their :func:`pace`). A process's speed on a
+    shared VM differs from the next process's by several per cent (where its memory and threads land);
+    measured here, a rate and the steps it predicts share it. Taught in chapter 24 (calibrate where you measure)."""
     cfgs, plain = list(cfgs), list(plain)
     if not cfgs or not plain or any(getattr(c, "parallel", None) != "single" for c in plain):
         raise ValueError("measure_steps_then_rates needs TrainConfigs to measure and plain (parallel='single') ones "
@@ -154,12 +189,10 @@ def measure_steps_then_rates(cfgs, plain, nranks: int, *, repeats: int = 1, thre
     k = checks.count("repeats", repeats)
     if any(getattr(c, "parallel", None) == "single" for c in cfgs):
         raise ValueError(f"nranks={n} with parallel='single' in cfgs: use 'ddp' or 'fsdp' for > 1 rank")
-    from labkit.launcher.parent import launch
+    from labkit.launcher.parent import cores_available
 
-    res = launch(_steps_then_independent, n, args=(cfgs, plain, k), env={"OMP_NUM_THREADS": str(t)},
-                 timeout_s=timeout_s, stream=False)
-    records, rates = res.value
-    return list(records), list(rates)
+    values = _launch_independent(_steps_then_independent, n, (cfgs, plain, k), t, timeout_s)
+    return list(values[0][0]), pace([v[1] for v in values], cores_available())
 
 
 def measure_compute_rate(cfg, *, threads_per_rank: int = 1, timeout_s: float = 600) -> tuple[float, object]:

@@ -117,3 +117,60 @@ def test_validate_calibrates_each_rank_count_just_before_measuring_it(monkeypatc
     with pytest.raises(ValueError, match="parallel='single'"):
         runs.measure_steps_then_rates([TrainConfig(model="tiny", steps=3, warmup_steps=1, parallel="ddp")],
                                       [TrainConfig(model="tiny", steps=3, warmup_steps=1, parallel="ddp")], 2)
+
+
+def test_independent_ranks_keep_computing_until_every_rank_has_measured(monkeypatch, tmp_path):
+    """Each rank measures its runs, leaves a flag, then trains filler runs until every rank's flag is there:
+    no rank measures a step while another sits idle. The rate reported is the slowest rank's."""
+    import labkit.train as train_mod
+
+    calls = []
+
+    def fake_train(cfg):
+        calls.append(cfg.label)
+        if cfg.label == "filler" and calls.count("filler") == 3:
+            (tmp_path / "done.1").touch()                       # the other rank finishes while this one fills
+        return _rec(0.1, cfg.label)
+
+    monkeypatch.setattr(train_mod, "train", fake_train)
+    a = TrainConfig(model="tiny", steps=3, warmup_steps=1, label="A")
+    out = runs._independent_cells([a], 2, str(tmp_path), world=(0, 2))
+    assert calls == ["A", "A", "filler", "filler", "filler"] and (tmp_path / "done.0").exists()
+    assert out == [runs.compute_rate(_rec(0.1))]
+    assert runs.pace([[3.0, 5.0], [2.0, 6.0]], cores=2) == [2.0, 5.0]         # a core each: the slowest rank
+    four = runs.pace([[3.0], [2.0], [3.0], [6.0]], cores=2)                 # shared cores: harmonic mean
+    assert four == [pytest.approx(4 / (1 / 3 + 1 / 2 + 1 / 3 + 1 / 6))]
+    with pytest.raises(ValueError, match="one equal-length list"):
+        runs.pace([[1.0], [1.0, 2.0]], cores=2)
+    with pytest.raises(ValueError, match="rate=0"):
+        runs.pace([[0.0]], cores=2)
+
+
+def test_steps_then_rates_keeps_rank0_records_and_the_slowest_rate_and_removes_its_flags(monkeypatch):
+    from pathlib import Path
+
+    from labkit.launcher import parent
+
+    seen = {}
+
+    def fake_launch(target, n, *, args=(), **kw):
+        seen["flags"], seen["n"] = Path(args[-1]), n
+        assert seen["flags"].is_dir() and target is runs._steps_then_independent
+        return SimpleNamespace(values=[(["rank0 record"], [30e9]), (["rank1 record"], [24e9])])
+
+    monkeypatch.setattr(parent, "launch", fake_launch)
+    ddp = TrainConfig(model="tiny", steps=3, warmup_steps=1, parallel="ddp")
+    recs, rates = runs.measure_steps_then_rates([ddp], [ddp.replace(parallel="single")], 2, repeats=2)
+    monkeypatch.setattr(parent, "cores_available", lambda: 2)
+    recs, rates = runs.measure_steps_then_rates([ddp], [ddp.replace(parallel="single")], 2, repeats=2)
+    assert recs == ["rank0 record"] and rates == [24e9] and seen["n"] == 2
+    assert not seen["flags"].exists()                                   # no folder left behind
+
+    def failing(target, n, *, args=(), **kw):
+        seen["flags"] = Path(args[-1])
+        raise RuntimeError("a rank died")
+
+    monkeypatch.setattr(parent, "launch", failing)
+    with pytest.raises(RuntimeError, match="a rank died"):
+        runs.measure_concurrent_rates([ddp.replace(parallel="single")], 2)
+    assert not seen["flags"].exists()                                   # not even when the launch fails
