@@ -1,7 +1,7 @@
 """The performance model against live gloo runs on this machine: predicted vs measured step times.
 
     .venv/bin/python benchmarks/bench_perf_model.py [--models tiny small] [--ranks 1 2 4] [--steps 5]
-        [--repeats 3] [--rounds 1]
+        [--repeats 3] [--rounds 3]
 
 First calibrate this machine with runs that are never the ones predicted (labkit.perf_validate.calibrate):
 the compute rate a synchronous step keeps while N ranks train the same model independently with no communication (the
@@ -17,7 +17,8 @@ asserted (the exit code is 0 unless a run fails).
 Timings on a shared machine are noisy: every launch runs its configurations interleaved, --repeats times,
 and keeps each one's median run; each rank count is calibrated just before it is measured; --rounds > 1
 repeats everything and prints each cell's spread over the rounds. The load average is printed before and
-after; read the table with it. About 5 minutes a round on an idle 2-core machine.
+after; read the table with it. About 4–5 minutes a round (13 minutes for the default 3) on an idle 2-core
+machine.
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--link-iters", type=int, default=5)
     ap.add_argument("--target", type=float, default=0.15)
-    ap.add_argument("--rounds", type=int, default=1, help="repeat calibration + measurement; compare medians")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="repeat calibration + measurement; compare medians (one round's cells scatter by 15-30 %% here)")
     a = ap.parse_args(argv)
     print(f"load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     t0 = time.perf_counter()
