@@ -45,7 +45,7 @@ def test_per_step_ratio_oscillates_and_per_micro_batch_settles():
     steady = _ks(simulate(0.01, 0.04, steps=60))
     literal = _ks(simulate(0.01, 0.04, steps=60, per="step"))
     assert set(steady[20:]) == {4}
-    changes = sum(a != b for a, b in zip(literal, literal[1:]))
+    changes = sum(a != b for a, b in zip(literal[:-1], literal[1:], strict=True))
     assert changes >= 4 and set(literal[20:]) == {1, 4}
 
 
