@@ -26,6 +26,31 @@ def test_powersgd_follows_torchs_should_compress_rule():
     assert hook_elements([(8, 1000)], rank=32) == (8000, 8000)      # capped at r = 8: (1008 x 8) x 2 > 8000
 
 
+@pytest.mark.parametrize("name", ["gpt2-124m", "llama3-8b", "mixtral-8x7b", "palm-540b"])
+def test_param_shapes_are_the_parameters_n_params_counts(name):
+    import math
+
+    from labkit import flops
+    from labkit.comm import param_shapes
+
+    s = flops.preset(name)
+    assert sum(math.prod(t) for t in param_shapes(s)) == flops.n_params(s)
+
+
+def test_param_shapes_match_labkits_own_gpt():
+    import torch
+
+    from labkit.comm import param_shapes
+    from labkit.model_config import gpt_config
+    from labkit.models import GPT
+
+    cfg = gpt_config("tiny")
+    with torch.device("meta"):
+        model = GPT(cfg)
+    built = sorted(tuple(p.shape) for p in model.parameters())
+    assert sorted(param_shapes(cfg.shape())) == built
+
+
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match="hook"):
         hook_elements([(2, 2)], "int8")

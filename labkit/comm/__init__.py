@@ -47,7 +47,7 @@ from labkit.comm.bench import (
     default_sizes,
     results_to_table,
 )
-from labkit.comm.compression import hook_bytes, hook_elements
+from labkit.comm.compression import hook_bytes, hook_elements, param_shapes
 from labkit.comm.env import SOURCE_TEMPLATE, EnvFinding, check_env
 from labkit.comm.models import (
     ALL_OPS,
@@ -81,5 +81,5 @@ __all__ = [
     "canonical_op", "default_sizes", "detect_format", "fabric", "fit_alpha_beta", "hierarchical_time", "parse",
     "parse_nccl_debug", "parse_nccl_tests", "parse_topology", "results_to_table", "ring_steps", "ring_time",
     "strip_prefix", "synthetic_nccl_debug", "SOURCE_TEMPLATE", "EnvFinding", "check_env",
-    "hook_bytes", "hook_elements", "synthetic_nccl_tests", "synthetic_topology", "tree_time",
+    "hook_bytes", "hook_elements", "param_shapes", "synthetic_nccl_tests", "synthetic_topology", "tree_time",
 ]

@@ -21,7 +21,7 @@ import math
 
 from labkit import checks
 
-__all__ = ["HOOKS", "hook_elements", "hook_bytes"]
+__all__ = ["HOOKS", "hook_elements", "hook_bytes", "param_shapes"]
 
 HOOKS = (None, "fp16", "bf16", "powersgd")
 
@@ -66,3 +66,25 @@ def hook_bytes(shapes, hook: str | None = None, *, grad_bytes: int = 4, rank: in
     grad_bytes = checks.count("grad_bytes", grad_bytes)
     _, after = hook_elements(shapes, hook, rank=rank, min_compression_rate=min_compression_rate)
     return after * (2 if hook in ("fp16", "bf16") else grad_bytes)
+
+
+def param_shapes(shape) -> list[tuple[int, ...]]:
+    """The gradient tensors of a transformer of ``shape`` (a :class:`labkit.flops.ModelShape`) as torch stores
+    them — ``nn.Linear`` weights out × in, biases and norm weights as vectors, embeddings vocab × d — the same
+    parameters :func:`labkit.flops.n_params` counts. What :func:`hook_elements` needs for a model that is too
+    big to build here. Taught in chapter 23."""
+    from labkit.flops import n_params
+
+    n_params(shape)                                           # validates shape (a ModelShape)
+    d, ff, q, kv = shape.d_model, shape.ff, shape.n_heads * shape.hd, shape.kv_heads * shape.hd
+    b = shape.bias
+    layer = [(q, d), (kv, d), (kv, d), (d, q)] + ([(q,), (kv,), (kv,), (d,)] if b else [])
+    mlp = ([(ff, d), (ff, d), (d, ff)] + ([(ff,), (ff,), (d,)] if b else []) if shape.ffn == "swiglu"
+           else [(ff, d), (d, ff)] + ([(ff,), (d,)] if b else []))
+    layer += mlp * shape.n_experts + ([(shape.n_experts, d)] if shape.n_experts > 1 else [])
+    norm = [(d,), (d,)] if (shape.norm == "layernorm" and b) else [(d,)]
+    layer += norm * 2
+    out = layer * shape.n_layers + norm + [(shape.vocab_size, d)] * (1 if shape.tied_embeddings else 2)
+    if shape.pos_emb == "learned":
+        out.append((shape.seq_len, d))
+    return out
