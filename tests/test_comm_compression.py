@@ -34,7 +34,8 @@ def test_param_shapes_are_the_parameters_n_params_counts(name):
     from labkit.comm import param_shapes
 
     s = flops.preset(name)
-    assert sum(math.prod(t) for t in param_shapes(s)) == flops.n_params(s)
+    for fused in (False, True):
+        assert sum(math.prod(t) for t in param_shapes(s, fused_qkv=fused)) == flops.n_params(s)
 
 
 def test_param_shapes_match_labkits_own_gpt():
@@ -48,7 +49,7 @@ def test_param_shapes_match_labkits_own_gpt():
     with torch.device("meta"):
         model = GPT(cfg)
     built = sorted(tuple(p.shape) for p in model.parameters())
-    assert sorted(param_shapes(cfg.shape())) == built
+    assert sorted(param_shapes(cfg.shape(), fused_qkv=True)) == built
 
 
 def test_bad_input_is_named():

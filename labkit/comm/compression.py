@@ -68,17 +68,22 @@ def hook_bytes(shapes, hook: str | None = None, *, grad_bytes: int = 4, rank: in
     return after * (2 if hook in ("fp16", "bf16") else grad_bytes)
 
 
-def param_shapes(shape) -> list[tuple[int, ...]]:
+def param_shapes(shape, *, fused_qkv: bool = False) -> list[tuple[int, ...]]:
     """The gradient tensors of a transformer of ``shape`` (a :class:`labkit.flops.ModelShape`) as torch stores
     them — ``nn.Linear`` weights out × in, biases and norm weights as vectors, embeddings vocab × d — the same
     parameters :func:`labkit.flops.n_params` counts. What :func:`hook_elements` needs for a model that is too
-    big to build here. Taught in chapter 23."""
+    big to build here. ``fused_qkv``: one (q + 2·kv) × d projection, as nanoGPT and labkit's GPT store it,
+    instead of three (Hugging Face's Llama) — PowerSGD compresses the two layouts differently.
+    Taught in chapter 23."""
     from labkit.flops import n_params
 
     n_params(shape)                                           # validates shape (a ModelShape)
     d, ff, q, kv = shape.d_model, shape.ff, shape.n_heads * shape.hd, shape.kv_heads * shape.hd
     b = shape.bias
-    layer = [(q, d), (kv, d), (kv, d), (d, q)] + ([(q,), (kv,), (kv,), (d,)] if b else [])
+    if checks.flag("fused_qkv", fused_qkv):
+        layer = [(q + 2 * kv, d), (d, q)] + ([(q + 2 * kv,), (d,)] if b else [])
+    else:
+        layer = [(q, d), (kv, d), (kv, d), (d, q)] + ([(q,), (kv,), (kv,), (d,)] if b else [])
     mlp = ([(ff, d), (ff, d), (d, ff)] + ([(ff,), (ff,), (d,)] if b else []) if shape.ffn == "swiglu"
            else [(ff, d), (d, ff)] + ([(ff,), (d,)] if b else []))
     layer += mlp * shape.n_experts + ([(shape.n_experts, d)] if shape.n_experts > 1 else [])
