@@ -137,10 +137,11 @@ def backends(device: str = "cpu", dtype: str = "fp32") -> list[dict]:
 
 
 def backend_ran(attention: str = "sdpa", *, device: str = "cpu", dtype: str = "fp32", seq_len: int = 64,
-                heads: int = 2, head_dim: int = 16) -> str:
+                heads: int = 2, head_dim: int = 16, dropout_p: float = 0.0) -> str:
     """The implementation that actually executed for ``attention``, read from the aten kernels dispatched
     in one forward (a ``TorchDispatchMode`` sees the fused kernel's name; MATH and naive dispatch only
-    matmuls and a softmax). Returns "flash", "efficient", "cudnn" or "math" ("naive" for naive).
+    matmuls and a softmax). Returns "flash", "efficient", "cudnn" or "math" ("naive" for naive). With
+    ``dropout_p`` > 0 a CPU's "sdpa" runs MATH: its flash kernel has no dropout.
 
     Taught in chapter 16 (which backend ran).
     """
@@ -158,7 +159,7 @@ def backend_ran(attention: str = "sdpa", *, device: str = "cpu", dtype: str = "f
 
     q, k, v = _inputs(1, heads, seq_len, head_dim, device, dtype, grad=False)
     with _Ops():
-        attend(q, k, v, attention)
+        attend(q, k, v, attention, dropout_p=checks.fraction("dropout_p", dropout_p, open_high=True))
     fused = [_KERNELS[o] for o in seen if o in _KERNELS]
     if fused:
         return fused[0]
@@ -295,6 +296,8 @@ def measure(attention: str, seq_len: int, *, batch: int = 1, heads: int = 4, hea
     bytes_of = {"fp32": 4, "bf16": 2, "fp16": 2}[dtype]
     predicted = attention_saved_bytes(ran, batch=batch, heads=heads, seq_len=s, head_dim=head_dim,
                                       dtype_bytes=bytes_of, causal=causal, output=True)
+    if ran == "math":   # MATH multiplies Q and K by √scale into new tensors its matmul keeps (aten attention.cpp)
+        predicted += 2 * bytes_of * batch * heads * s * head_dim
     qs = statistics.quantiles(times, n=10, method="inclusive")
     med = statistics.median(times)
     return AttentionMeasurement(attention=attention, ran=ran, batch=batch, heads=heads, seq_len=s, head_dim=head_dim,

@@ -229,6 +229,8 @@ def attention_saved_bytes(attention: str, *, batch: int, heads: int, seq_len: in
     Fused ("sdpa" — a fused kernel wherever one applies — "flash", "efficient", "cudnn"): no s×s tensor;
     the softmax log-sum-exp, ``4·a·s·b`` (fp32; Dao et al. 2022, Algorithm 2), and with ``output`` the
     kernel's output O (``B·b·a·s·d``; in labkit's GPT it is the output projection's input, counted there).
+    Not counted: MATH's scaled copies of Q and K (up to ``2·B·b·a·s·d``) where the explicit version's matmuls
+    take views (micro-batch 1). On a CPU "sdpa" with dropout runs MATH (the flash kernel has no dropout).
     Taught in chapter 16 (attention kernels).
     """
     checks.one_of("attention", attention, ATTENTION_STORES)
