@@ -65,7 +65,7 @@ class TrainConfig:
     forward_prefetch: bool = False                    # FSDP1
     checkpoint: bool = False            # activation checkpointing per block
     compile: bool = False               # torch.compile
-    attention: str = "sdpa"             # "sdpa" | "naive"
+    attention: str = "sdpa"             # labkit.attention: sdpa, naive, or a forced backend (flash, math, ...)
     lr: float = 3e-4
     seed: int = 0
     num_workers: int = 0
