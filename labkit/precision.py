@@ -14,6 +14,8 @@
   inf/NaN) and a log₂ histogram, taken after backward and before unscaling, so they show the gradients the
   low-precision backward produced (× S); :func:`first_nonfinite` finds where a NaN first appeared.
 
+- :func:`autocast_dtypes` — which modules autocast runs in the low-precision dtype on this device.
+
 The trainer uses all of it: ``TrainConfig(dtype="fp16", loss_scale=…, grad_stats=True)``
 (:mod:`labkit.train`). Taught in chapter 18 (mixed precision) and lab 7.
 """
@@ -255,3 +257,37 @@ def first_nonfinite(steps) -> tuple[int, list[str]] | None:
 def hist_edges() -> list[float]:
     """The log2 exponents k of :func:`grad_stats`'s histogram bins [2^k, 2^(k+1)). Taught in chapter 18."""
     return list(range(HIST_LO, HIST_HI))
+
+
+def autocast_dtypes(model, *inputs, dtype: str = "fp16", device_type: str = "cpu"):
+    """What autocast does to each module of ``model`` on one forward of ``model(*inputs)``: a DataFrame
+    of module name, type and output dtype (forward hooks on every module without children), with the
+    returned loss last when the model returns one. Autocast's op lists differ by device: on CUDA
+    ``layer_norm`` and ``softmax`` run in fp32, on CPU they keep the low-precision dtype (accumulating in
+    fp32 inside the kernel); both compute ``cross_entropy`` in fp32 (https://pytorch.org/docs/stable/amp.html).
+    Taught in chapter 18."""
+    import pandas as pd
+    import torch
+
+    rows, hooks = [], []
+
+    def hook(name):
+        def record(module, args, out):
+            t = out[0] if isinstance(out, tuple) else out
+            if isinstance(t, torch.Tensor):
+                rows.append({"module": name, "type": type(module).__name__, "output dtype": str(t.dtype)[6:]})
+        return record
+
+    for name, m in model.named_modules():
+        if name and not list(m.children()):
+            hooks.append(m.register_forward_hook(hook(name)))
+    try:
+        with torch.no_grad(), torch.autocast(device_type=device_type, dtype=_torch_dtype(dtype)):
+            out = model(*inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+    loss = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+    if isinstance(loss, torch.Tensor):
+        rows.append({"module": "(loss)", "type": "cross_entropy", "output dtype": str(loss.dtype)[6:]})
+    return pd.DataFrame(rows)

@@ -42,6 +42,9 @@ REQUIRED_WARNINGS = [
      "https://docs.nvidia.com/cuda/profiler-users-guide/index.html"),
     (P2 + "ch14_systematic_diagnosis.ipynb", "KPIs are not `labkit.diagnose`'s thresholds",
      "https://docs.nvidia.com/deploy/nvidia-smi/index.html"),
+    # Part III (issue #23), chapter 18
+    ("chapters/part3_tuning/ch18_mixed_precision.ipynb", "`SafeLayer` returns `.half()`: under bf16 autocast it forces fp16",
+     "https://pytorch.org/docs/stable/amp.html"),
 ]
 
 

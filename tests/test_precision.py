@@ -136,3 +136,16 @@ def test_fp16_with_gradscaler_trains_on_two_gloo_ranks():
     assert any(r["applied"] for r in log) and all(math.isfinite(v) for v in rec.loss)
     a, b = rec.extra["losses_per_rank"]
     assert a == b
+
+
+def test_grad_histogram_draws_against_the_fp16_limits():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from labkit import viz
+
+    m = torch.nn.Linear(4, 3)
+    m.weight.grad, m.bias.grad = torch.full((3, 4), 2.0 ** -30), torch.ones(3)
+    rows = precision.grad_stats(m)
+    ax = viz.grad_histogram({"unscaled": rows, "x 2^16": precision.grad_stats(m, scale=2.0 ** 16)})
+    assert len(ax.patches) >= 2 and len(ax.lines) == 3 and "fp16" in ax.get_title()
