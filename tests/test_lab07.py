@@ -54,3 +54,32 @@ def test_lab07_full_marks_zero_and_a_forged_log_caught(tmp_path, calibrated_peak
     assert {q: v["score"] for q, v in forged["questions"].items()} == {"q1": 2, "q2": 2, "q3": 1}, why["forged_log"]
     failed = [c["id"] for q in forged["questions"].values() for c in q["checks"] if not c["passed"]]
     assert failed == ["q3-hidden-log"], why["forged_log"]
+
+
+def test_lab07_release_hides_solutions_and_checks():
+    import ast
+
+    from labkit.grading.labfmt import PROMPT, learner_notebook
+
+    lab = load_lab(LAB)
+    assert [q.id for q in lab.questions] == ["q1", "q2", "q3"] and lab.max_score == 7
+    assert {c.id: c.weight for c in lab.checks if c.question == "q3"} == {"q3-hidden": 1, "q3-hidden-log": 2}
+    nb = learner_notebook(lab)
+    text = "\n".join(c.source for c in nb.cells)
+    assert "BEGIN SOLUTION" not in text and "evidence(" not in text and text.count(PROMPT) == 3
+    assert "scale_growth_interval=3" not in text          # the fix is the learner's to write
+    for c in nb.cells:
+        if c.cell_type == "code":
+            ast.parse(c.source)
+
+
+def test_the_forged_log_breaks_the_rule_the_grader_replays():
+    """The doctored log of the slow test, checked directly: marking skipped steps applied is caught."""
+    from labkit import precision
+
+    log = [{"scale": 2.0 ** 24 / 2 ** min(i, 3), "overflow": i < 3, "applied": i >= 3,
+            "next_scale": 2.0 ** 24 / 2 ** min(i + 1, 3)} for i in range(5)]
+    assert precision.scaler_violations(log, init=2.0 ** 24, growth_interval=3) == []
+    forged = [{**r, "applied": True} for r in log]
+    bad = precision.scaler_violations(forged, init=2.0 ** 24, growth_interval=3)
+    assert len(bad) == 3 and all("applied=True" in b for b in bad)
