@@ -13,6 +13,7 @@ import math
 from labkit.units import si
 
 __all__ = ["si", "new_axes", "legend_outside", "roofline", "stacked_parts", "scaling", "bars", "ring_allreduce", "memory_timeline", "ddp_timeline"]
+__all__ += ["grad_histogram"]     # chapter 18
 
 PALETTE = {"compute": "#4C72B0", "communication": "#DD8452", "comm": "#DD8452", "memory": "#55A868",
            "data": "#C44E52", "scheduling": "#8172B3", "sync": "#937860", "forward": "#4C72B0",
@@ -235,5 +236,39 @@ def ddp_timeline(tl, *, ax=None, title: str | None = None):
     ax.set_ylim(-0.75, 1.55)
     ax.set_xlabel("ms since the step began")
     ax.set_title(title or f"rank {tl.rank}, step {tl.step}: bucketed all-reduce beside backward", fontsize=9)
+    legend_outside(ax)
+    return ax
+
+
+def grad_histogram(rows, layers=None, *, ax=None, fmt: str = "fp16", title: str | None = None):
+    """Per-layer histograms of log2|gradient| (``labkit.precision.grad_stats`` rows of one step, or several
+    runs' rows as {label: rows}) against ``fmt``'s limits: values left of its smallest subnormal become 0,
+    between it and the smallest normal lose precision, right of its largest value become inf. The
+    gradients are as backward left them, × the loss scale each row carries. Taught in chapter 18."""
+    from labkit.precision import format_info, hist_edges
+
+    runs = rows if isinstance(rows, dict) else {"": rows}
+    ax = _ax(ax)
+    k = hist_edges()
+    info = format_info(fmt)
+    lo, tiny, hi = (math.log2(info[n]) for n in ("smallest_subnormal", "smallest_normal", "max"))
+    ax.axvspan(k[0], lo, color="#C44E52", alpha=0.08, lw=0)
+    ax.axvspan(hi, k[-1] + 1, color="#C44E52", alpha=0.08, lw=0)
+    for x, name in ((lo, "smallest subnormal"), (tiny, "smallest normal"), (hi, "max")):
+        ax.axvline(x, color="#C44E52", ls="--" if name != "smallest normal" else ":", lw=1)
+        ax.text(x, 1.0, f" {fmt} {name}", transform=ax.get_xaxis_transform(), rotation=90, va="top",
+                ha="right", fontsize=7, color="#C44E52")
+    colors = ["#4C72B0", "#DD8452", "#55A868", "#8172B3", "#937860", "#64B5CD"]
+    j = 0
+    for label, run in runs.items():
+        for r in run:
+            if layers is not None and r["layer"] not in layers:
+                continue
+            name = " ".join(s for s in (label, r["layer"], f"(×{r['scale']:g})") if s)
+            ax.stairs(r["hist"], [*k, k[-1] + 1], color=colors[j % len(colors)], lw=1.3, label=name)
+            j += 1
+    ax.set_xlabel("log2 |gradient value|  (bin k holds [2^k, 2^(k+1)))")
+    ax.set_ylabel("values")
+    ax.set_title(title or f"gradients against the {fmt} range", fontsize=9)
     legend_outside(ax)
     return ax

@@ -46,6 +46,9 @@ REQUIRED_WARNINGS = [
      "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"),
     (P3 + "ch23_communication_optimization.ipynb", "aws-ofi-nccl says of `RDMAV_FORK_SAFE`: do not use",
      "https://github.com/aws/aws-ofi-nccl/blob/master/doc/efa-env-var.md"),
+    # Part III (issue #23), chapter 18
+    ("chapters/part3_tuning/ch18_mixed_precision.ipynb", "`SafeLayer` returns `.half()`: under bf16 autocast it forces fp16",
+     "https://pytorch.org/docs/stable/amp.html"),
 ]
 
 

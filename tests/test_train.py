@@ -100,8 +100,8 @@ def test_profiler_writes_one_chrome_trace_per_rank(tmp_path):
 def test_bad_configs():
     with pytest.raises(ValueError, match="parallel='zero'"):
         TrainConfig(parallel="zero")
-    with pytest.raises(ValueError, match="dtype='fp16'"):
-        TrainConfig(dtype="fp16")
+    with pytest.raises(ValueError, match="dtype='fp8'"):     # fp16 is allowed since chapter 18
+        TrainConfig(dtype="fp8")
     with pytest.raises(ValueError, match="warmup_steps"):
         TrainConfig(steps=3, warmup_steps=3)
     with pytest.raises(ValueError, match="seq_len"):

@@ -11,6 +11,11 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   explicit ``prefetch`` depth, ``mp_policy``), ``"fsdp1"`` = ``FullyShardedDataParallel``
   (``sharding_strategy``, ``limit_all_gathers``, ``backward_prefetch``, ``forward_prefetch``,
   ``mp_policy``); ``checkpoint`` (activation recomputation per block), ``compile``;
+- **precision** (chapter 18): ``dtype`` = ``"fp32"``, ``"bf16"`` or ``"fp16"`` autocast; ``loss_scale``
+  (``"auto"`` = dynamic under fp16, ``"dynamic"`` = ``torch.amp.GradScaler`` from ``scale_init`` growing
+  after ``scale_growth_interval`` clean steps, a number = a static scale, ``"off"``); ``grad_stats`` (per-layer
+  gradient statistics each step, :func:`labkit.precision.grad_stats`). fp16 runs at ≈ 1 GFLOP/s on CPUs
+  without native fp16 matmuls: allowed for the numerics, never for speed;
 - **injected bottlenecks** (chapters 2, 9, 14; sized by :mod:`labkit.train.inject`): ``inject`` =
   ``"data"`` (the loader sleeps per sample), ``"comm"`` (an extra padded all-reduce per step — an
   oversized bucket), ``"compute"`` (micro-batches of one sequence, accumulated to the same tokens),
@@ -33,8 +38,9 @@ from dataclasses import dataclass
 from labkit import checks
 
 PARALLEL = ("single", "ddp", "fsdp", "fsdp1")
-DTYPES = ("fp32", "bf16")
+DTYPES = ("fp32", "bf16", "fp16")
 COMM_HOOKS = (None, "fp16", "bf16", "powersgd")                            # DDP communication hooks
+LOSS_SCALES = ("auto", "dynamic", "off")                                  # or a number: a static scale
 INJECTIONS = ("none", "data", "compute", "comm", "memory", "host", "straggler")
 SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSDP1
 BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
@@ -50,7 +56,12 @@ class TrainConfig:
     accum: int = 1                      # micro-batches per optimizer step
     steps: int = 20                     # optimizer steps, warm-up included
     warmup_steps: int = 3               # excluded from the timing statistics (not from the loss curve)
-    dtype: str = "fp32"                 # "fp32" | "bf16" (autocast; never fp16 on CPU)
+    dtype: str = "fp32"                 # "fp32" | "bf16" | "fp16" (autocast; fp16/bf16 may be emulated on CPU)
+    # --- mixed precision (chapter 18): loss scaling and the gradient monitor
+    loss_scale: str | float = "auto"    # "auto" (dynamic under fp16, off otherwise) | "dynamic" | "off" | S
+    scale_init: float = 65536.0         # dynamic: the first scale (2**16, GradScaler's and the source's)
+    scale_growth_interval: int = 2000   # dynamic: clean steps in a row before the scale doubles
+    grad_stats: bool = False            # per-layer gradient statistics every step (labkit.precision)
     parallel: str = "single"            # "single" | "ddp" | "fsdp" (FSDP2) | "fsdp1"
     bucket_cap_mb: float = 25.0         # DDP
     comm_hook: str | None = None        # DDP: None | "fp16" | "bf16" (CUDA + NCCL only) | "powersgd"
@@ -96,7 +107,8 @@ class TrainConfig:
         if self.seq_len is not None:
             checks.count("TrainConfig.seq_len", self.seq_len, at_most=SIZES[self.model].seq_len)
         if self.dtype not in DTYPES:
-            bad("dtype", f"choose one of {DTYPES} (fp16 is not offered: ≈1 GFLOP/s on CPU)")
+            bad("dtype", f"choose one of {DTYPES}")
+        self._check_precision(bad)
         if self.parallel not in PARALLEL:
             bad("parallel", f"choose one of {PARALLEL}")
         if self.mp_policy not in (None, "bf16"):
@@ -136,6 +148,30 @@ class TrainConfig:
         if self.peak_flops is not None:
             checks.positive("TrainConfig.peak_flops", self.peak_flops)
 
+    def _check_precision(self, bad) -> None:
+        """fp16 is allowed knowingly: on a CPU without native fp16/bf16 matmuls (no AVX512-FP16/AMX) its
+        matmuls run at ≈ 1 GFLOP/s, 100× below fp32 — fine for chapter 18's numerics, not for speed
+        (``labkit doctor`` and :func:`labkit.hardware.capability` say which this CPU is)."""
+        ls = self.loss_scale
+        if isinstance(ls, str):
+            if ls not in LOSS_SCALES:
+                bad("loss_scale", f"choose one of {LOSS_SCALES} or a positive number (a static scale)")
+        else:
+            checks.positive("TrainConfig.loss_scale", ls)
+        checks.positive("TrainConfig.scale_init", self.scale_init)
+        checks.count("TrainConfig.scale_growth_interval", self.scale_growth_interval)
+        checks.flag("TrainConfig.grad_stats", self.grad_stats)
+        if self.scaling != "off" and self.parallel in ("fsdp", "fsdp1"):
+            bad("loss_scale", "loss scaling under FSDP needs a sharded scaler, which labkit does not offer: use "
+                "dtype='fp32' with mp_policy='bf16' (bf16 needs no loss scaling), or parallel='ddp'")
+
+    @property
+    def scaling(self) -> str:
+        """How this run scales its loss: "dynamic" (torch.amp.GradScaler), "static" or "off" (chapter 18)."""
+        if self.loss_scale == "auto":
+            return "dynamic" if self.dtype == "fp16" else "off"
+        return self.loss_scale if isinstance(self.loss_scale, str) else "static"
+
     @property
     def model_config(self):
         """The GPT's :class:`~labkit.model_config.GPTConfig` (checkpointing is applied by the trainer)."""
@@ -145,7 +181,9 @@ class TrainConfig:
 
     @property
     def compute_dtype(self) -> str:
-        """The dtype whose peak the run's MFU divides by: bf16 under autocast or a bf16 policy."""
+        """The dtype whose peak the run's MFU divides by: bf16/fp16 under autocast or a bf16 policy."""
+        if self.dtype == "fp16":
+            return "fp16"
         return "bf16" if (self.dtype == "bf16" or self.mp_policy == "bf16") else "fp32"
 
     @property

@@ -7,10 +7,11 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
 
     for each of `accum` micro-batches:           # gradient accumulation (chapter 15)
         data      next(loader) → device
-        forward   (bf16 autocast if dtype="bf16") loss / accum
+        forward   (bf16/fp16 autocast if dtype says so) loss / accum
         backward  loss.backward()  — DDP/FSDP gradient sync only on the last micro-batch
+                  (scaler.scale(loss).backward() with a loss scale, chapter 18)
     comm          only with inject="comm": the padded all-reduce
-    optimizer     AdamW step, zero_grad
+    optimizer     AdamW step (scaler.step + update: skipped on overflow), zero_grad
     (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase
 
 Parallelism is applied from outside the model by :func:`labkit.train.parallel.parallelize`; bottleneck
@@ -22,8 +23,12 @@ micro_batch·world, or accum·micro_batch, sees the same samples per step as W r
 agree to float tolerance in fp32 (tests/test_train.py). The per-step loss is averaged over ranks once,
 at the end (one all-reduce; no sync per step).
 
-Taught in chapter 4 (MFU of a real run), chapter 14 (the baseline record) and chapter 15 (micro-batch,
-accumulation, recomputation).
+With fp16, a loss scale or ``grad_stats``, every step is logged before its optimizer step (its scale,
+whether a gradient was inf/NaN, per-layer gradient statistics) and after it (applied or skipped, the next
+scale): ``record.extra["loss_scale_log"]`` and ``["grad_stats"]`` (:mod:`labkit.precision`, chapter 18).
+
+Taught in chapter 4 (MFU of a real run), chapter 14 (the baseline record), chapter 15 (micro-batch,
+accumulation, recomputation) and chapter 18 (mixed precision).
 """
 from __future__ import annotations
 
@@ -69,15 +74,32 @@ def _autocast(cfg: TrainConfig, device):
 
     if cfg.dtype == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    if cfg.dtype == "fp16":
+        return torch.autocast(device_type=device.type, dtype=torch.float16)
     return contextlib.nullcontext()
 
 
-def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None):
+def _scaler(cfg: TrainConfig, device):
+    """The loss scaler of ``cfg`` (chapter 18): torch.amp.GradScaler, a static scale, or None."""
+    if cfg.scaling == "dynamic":
+        import torch
+
+        return torch.amp.GradScaler(device.type, init_scale=cfg.scale_init,
+                                    growth_interval=cfg.scale_growth_interval)
+    if cfg.scaling == "static":
+        from labkit.precision import StaticScaler
+
+        return StaticScaler(cfg.loss_scale)
+    return None
+
+
+def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None, scaler=None):
     """Accumulate gradients over ``cfg.accum`` micro-batches from ``micro_batches`` (an iterator of
     (x, y)); returns the summed loss.
 
     Each micro-batch's loss is divided by ``cfg.accum`` so the accumulated gradient equals the gradient
-    of the mean loss over the whole k·b batch. Taught in chapter 15 (gradient accumulation).
+    of the mean loss over the whole k·b batch; with a loss ``scaler`` the backward runs on the scaled loss
+    (chapter 18). Taught in chapter 15 (gradient accumulation).
     """
     import torch
 
@@ -93,7 +115,7 @@ def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None)
                 _, loss = model(x, y)
                 loss = loss / cfg.accum
             with phase("backward"):
-                loss.backward()
+                (scaler.scale(loss) if scaler is not None else loss).backward()
         total += loss.detach().float()
     return total
 
@@ -177,16 +199,27 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     batches = _batches(cfg, cfg.data_slowdown_s, n, device)
 
     probed = {}
+    scaler = _scaler(cfg, device)                          # chapter 18: loss scaling and its log
+    scale_log, grad_log = [], []
 
     def step(meter=None, pad=None, last=False, stall=0.0):
-        loss = forward_backward(model, batches, cfg, device, meter)
+        loss = forward_backward(model, batches, cfg, device, meter, scaler)
+        if scaler is not None or cfg.dtype == "fp16" or cfg.grad_stats:
+            _monitor(model, opt, scaler, scale_log, grad_log, cfg)
         if pad is not None:
             from torch.profiler import record_function
 
             with (meter.phase("comm") if meter else contextlib.nullcontext()), record_function("comm:all_reduce"):
                 dist.all_reduce(pad)
         with meter.phase("optimizer") if meter else contextlib.nullcontext():
-            opt.step()
+            if scaler is not None:
+                scaler.step(opt)
+                scaler.update()
+                _log_scale(scale_log, scaler, opt)
+            else:
+                opt.step()
+                if scale_log:
+                    _log_scale(scale_log, None, opt)
             if last and probe is not None:
                 probed.update(probe(model, opt, cfg))
             opt.zero_grad(set_to_none=True)
@@ -226,4 +259,31 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     if hook_state is not None:   # PowerSGD's own count of the gradient elements it was given and all-reduced
         record.extra["powersgd_numel"] = {"before": int(hook_state.total_numel_before_compression),
                                           "after": int(hook_state.total_numel_after_compression)}
+    if scale_log:
+        record.extra["loss_scale_log"] = scale_log[-cfg.steps:]     # not the injection's calibration steps
+        record.extra["loss_scale"] = {"scaling": cfg.scaling, "init": cfg.scale_init,
+                                      "growth_interval": cfg.scale_growth_interval, "backoff": 0.5, "growth": 2.0}
+    if grad_log:
+        record.extra["grad_stats"] = grad_log[-cfg.steps:]
     return record
+
+
+def _monitor(model, opt, scaler, scale_log, grad_log, cfg) -> None:
+    """Before the optimizer step (chapter 18): the step's scale and overflow, and per-layer gradient
+    statistics of the gradients as backward left them (× the scale) when ``cfg.grad_stats``."""
+    from labkit import precision
+
+    scale = float(scaler.get_scale()) if scaler is not None else 1.0
+    scale_log.append({"step": len(scale_log), "scale": scale, "overflow": precision.nonfinite_grads(model),
+                      "steps_before": precision.optimizer_steps(opt)})
+    if cfg.grad_stats:
+        grad_log.append(precision.grad_stats(model, scale=scale))
+
+
+def _log_scale(scale_log, scaler, opt) -> None:
+    """After the optimizer step: whether it was applied (Adam's step counter moved) and the next scale."""
+    from labkit import precision
+
+    row = scale_log[-1]
+    row["applied"] = precision.optimizer_steps(opt) > row.pop("steps_before")
+    row["next_scale"] = float(scaler.get_scale()) if scaler is not None else row["scale"]
