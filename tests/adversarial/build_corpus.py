@@ -153,7 +153,30 @@ def real_lab_corpus() -> dict:
                                 "record.tokens_per_s *= 1.1  # a better number, typed in\n"
                                 "record.mfu *= 1.1\nrecord.save(baseline_path)")
     nbf.validate(nb)
-    return {"lab01_inflated": nb}
+    return {"lab01_inflated": nb, "lab06_inflated": _lab06_inflated()}
+
+
+def _lab06_inflated():
+    """lab06 with every strategy's tokens/s inflated by 10 % before recording: q2's consistency check must
+    catch it, and nothing else may fail (q3 decides on bytes, not on tokens/s)."""
+    import nbformat as nbf
+
+    from labkit.grading import load_lab
+
+    nb = copy.deepcopy(load_lab("lab06_fsdp").notebook())
+    nb.metadata.pop("papermill", None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        cell.metadata.pop("papermill", None)
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    c = nb.cells[index(nb, "q2")]
+    assert "records = dict(zip(STRATEGIES, recs))" in c.source
+    c.source = c.source.replace("records = dict(zip(STRATEGIES, recs))",
+                                "records = dict(zip(STRATEGIES, recs))\n"
+                                "for rec in recs:\n    rec.tokens_per_s *= 1.1  # a better number, typed in")
+    nbf.validate(nb)
+    return nb
 
 
 def main() -> int:
