@@ -24,9 +24,10 @@ def single_curve():
 
 def test_every_fsdp2_knob_follows_the_single_curve(single_curve):
     cfgs = [BASE.replace(parallel="fsdp", micro_batch=4, label=k, **v) for k, v in KNOBS.items()]
+    cfgs.append(BASE.replace(parallel="fsdp1", micro_batch=4, fsdp_wrap="model", label="fsdp1 wrap=model"))
     for cfg, rec in zip(cfgs, run_many(cfgs, 2, timeout_s=240), strict=True):
         assert rec.loss == pytest.approx(single_curve, rel=1e-5), cfg.label
-        assert rec.n_devices == 2 and rec.config["parallel"] == "fsdp"
+        assert rec.n_devices == 2 and rec.config["parallel"] == cfg.parallel
 
 
 def test_int_reshard_on_four_ranks_follows_the_single_curve(single_curve):
