@@ -46,9 +46,12 @@ REQUIRED_WARNINGS = [
      "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"),
     (P3 + "ch23_communication_optimization.ipynb", "aws-ofi-nccl says of `RDMAV_FORK_SAFE`: do not use",
      "https://github.com/aws/aws-ofi-nccl/blob/master/doc/efa-env-var.md"),
-    # Part III (issue #23), chapter 18
-    ("chapters/part3_tuning/ch18_mixed_precision.ipynb", "`SafeLayer` returns `.half()`: under bf16 autocast it forces fp16",
+    (P3 + "ch18_mixed_precision.ipynb", "`SafeLayer` returns `.half()`: under bf16 autocast it forces fp16",
      "https://pytorch.org/docs/stable/amp.html"),
+    (P3 + "ch20_fsdp_zero.ipynb", "FULL_SHARD sends 1.5× DDP's bytes per step, not 2× — and not 4×",
+     "https://arxiv.org/abs/2304.11277"),
+    (P3 + "ch20_fsdp_zero.ipynb", "`limit_all_gathers` is a rate limiter, not the switch that keeps weights",
+     "https://pytorch.org/docs/stable/fsdp.html"),
 ]
 
 

@@ -7,7 +7,9 @@
   and compared with ``estimate.py``'s accounting;
 - ``timeline.py`` — allocated bytes through one training step (forward, backward, optimizer), measured
   with ``torch.profiler``'s memory events;
-- ``measure.py`` — predicted vs measured per rank on real ranks of the reference trainer.
+- ``measure.py`` — predicted vs measured per rank on real ranks of the reference trainer;
+- ``sharding.py`` — FSDP units, collectives and bytes per step, parameters held per knob (predicted);
+- ``knobs.py`` — the same measured on live FSDP2 ranks (a counting hook, registered parameter bytes).
 
 Taught in chapter 13 (memory anatomy), chapter 16 (attention kernels), chapter 20 (FSDP / ZeRO) and chapter 21
 (checkpointing).
@@ -36,7 +38,9 @@ from labkit.memory.estimate import (
     fmt_bytes,
     model_state_bytes,
 )
+from labkit.memory.knobs import CollectiveCounter, knob_table, measure_knobs, probe_knobs
 from labkit.memory.measure import predict_vs_measure, probe_model_state
+from labkit.memory.sharding import VOLUME_STRATEGIES, collectives_per_step, n_units, params_held, step_volume
 from labkit.memory.tensors import measure_activation_bytes, measure_model_state
 from labkit.memory.timeline import StepMemory, StepMemoryRecorder, memory_samples
 
@@ -45,4 +49,6 @@ __all__ = ["GB", "GiB", "STRATEGIES", "PRECISIONS", "OPTIMIZERS", "MemoryBreakdo
            "DeepSpeedRow", "DeepSpeedEstimate", "deepspeed_zero2_estimate", "deepspeed_zero3_estimate",
            "deepspeed_params", "compare_with_labkit",
            "measure_model_state", "measure_activation_bytes", "predict_vs_measure", "probe_model_state",
-           "StepMemory", "StepMemoryRecorder", "memory_samples"]
+           "StepMemory", "StepMemoryRecorder", "memory_samples",
+           "CollectiveCounter", "measure_knobs", "probe_knobs", "knob_table",
+           "VOLUME_STRATEGIES", "n_units", "collectives_per_step", "step_volume", "params_held"]

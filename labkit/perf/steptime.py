@@ -173,7 +173,7 @@ def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta, *,
         return checks.finite_result("communication seconds", t, params=params, alpha_beta=alpha_beta)
     if parallel == "single":
         return 0.0
-    reshard = cfg.reshard_after_forward
+    reshard = cfg.reshard_after_forward is not False   # None (root kept) and an int (smaller group): bounded above
     if parallel == "fsdp1":
         if cfg.sharding_strategy == "NO_SHARD":
             return n_units * ring_time("all_reduce", n_params * 4 / n_units, nranks, alpha=a, beta=b)

@@ -82,7 +82,7 @@ def wrapped_units(cfg, params=None) -> int:
     from the model's shapes) or FSDP2 units (one per block + the root). Taught in chapter 19 and chapter 20."""
     checks.one_of("cfg.parallel", getattr(cfg, "parallel", None), PARALLELS)
     if cfg.parallel == "fsdp":
-        return cfg.model_config.n_layers + 1
+        return 1 if getattr(cfg, "fsdp_wrap", "block") == "model" else cfg.model_config.n_layers + 1
     from labkit.memory.estimate import comm_buffer_bytes
 
     model = _meta_model(cfg) if params is None else params

@@ -7,8 +7,9 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   ranks = the global batch, in sequences of ``seq_len`` tokens (chapter 15);
 - **parallelism** (applied from outside the model by :mod:`labkit.train.parallel`): ``"single"``,
   ``"ddp"`` (``bucket_cap_mb``; ``comm_hook`` = ``"fp16"`` / ``"bf16"`` compression or ``"powersgd"`` with
-  ``powersgd_rank`` and ``powersgd_start_iter``, chapter 23), ``"fsdp"`` = FSDP2 ``fully_shard`` (``reshard_after_forward``,
-  explicit ``prefetch`` depth, ``mp_policy``), ``"fsdp1"`` = ``FullyShardedDataParallel``
+  ``powersgd_rank`` and ``powersgd_start_iter``, chapter 23), ``"fsdp"`` = FSDP2 ``fully_shard`` (``reshard_after_forward`` True /
+  False / None = torch's default / an int, explicit ``prefetch`` depth and ``prefetch_mode``, ``mp_policy``,
+  ``cpu_offload``, ``fsdp_wrap`` granularity — chapter 20), ``"fsdp1"`` = ``FullyShardedDataParallel``
   (``sharding_strategy``, ``limit_all_gathers``, ``backward_prefetch``, ``forward_prefetch``,
   ``mp_policy``); ``checkpoint`` (activation recomputation per block), ``compile``;
 - **precision** (chapter 18): ``dtype`` = ``"fp32"``, ``"bf16"`` or ``"fp16"`` autocast; ``loss_scale``
@@ -44,6 +45,8 @@ LOSS_SCALES = ("auto", "dynamic", "off")                                  # or a
 INJECTIONS = ("none", "data", "compute", "comm", "memory", "host", "straggler")
 SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSDP1
 BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
+FSDP_WRAP = ("block", "model")                   # FSDP units: one per transformer block + root, or the root only
+PREFETCH_MODES = ("both", "forward", "backward")  # FSDP2 explicit prefetch: which passes
 
 
 @dataclass(frozen=True)
@@ -67,13 +70,17 @@ class TrainConfig:
     comm_hook: str | None = None        # DDP: None | "fp16" | "bf16" (CUDA + NCCL only) | "powersgd"
     powersgd_rank: int = 1              # DDP PowerSGD: matrix approximation rank
     powersgd_start_iter: int = 2        # DDP PowerSGD: plain all-reduce before this iteration (torch needs > 1)
-    reshard_after_forward: bool = True  # FSDP2
+    reshard_after_forward: bool | int | None = True  # FSDP2: True | False | None (torch's default) | int
     prefetch: int = 0                   # FSDP2 explicit prefetch depth (0 = implicit only)
     mp_policy: str | None = None        # FSDP2/FSDP1: None | "bf16" (bf16 params, fp32 reduction)
     sharding_strategy: str = "FULL_SHARD"             # FSDP1
     limit_all_gathers: bool = True                    # FSDP1
     backward_prefetch: str | None = "BACKWARD_PRE"    # FSDP1
     forward_prefetch: bool = False                    # FSDP1
+    # -- FSDP2 knobs of chapter 20 (fully_shard) --
+    cpu_offload: bool = False           # CPUOffloadPolicy: shards, grads, optimizer step on the host
+    fsdp_wrap: str = "block"            # "block" (a unit per block + root) | "model" (one unit) — also FSDP1
+    prefetch_mode: str = "both"         # with prefetch ≥ 1: "both" | "forward" | "backward"
     checkpoint: bool = False            # activation checkpointing per block
     compile: bool = False               # torch.compile
     attention: str = "sdpa"             # labkit.attention: sdpa, naive, or a forced backend (flash, math, ...)
@@ -129,8 +136,9 @@ class TrainConfig:
             bad("attention", f"choose one of {ATTENTIONS}")
         if self.inject not in INJECTIONS:
             bad("inject", f"choose one of {INJECTIONS}")
-        for name in ("reshard_after_forward", "limit_all_gathers", "forward_prefetch", "checkpoint", "compile"):
+        for name in ("limit_all_gathers", "forward_prefetch", "checkpoint", "compile", "cpu_offload"):
             checks.flag(f"TrainConfig.{name}", getattr(self, name))
+        self._check_fsdp2_knobs(bad)
         checks.count("TrainConfig.prefetch", self.prefetch, at_least=0)
         checks.count("TrainConfig.num_workers", self.num_workers, at_least=0)
         checks.positive("TrainConfig.bucket_cap_mb", self.bucket_cap_mb)
@@ -172,6 +180,26 @@ class TrainConfig:
             return "dynamic" if self.dtype == "fp16" else "off"
         return self.loss_scale if isinstance(self.loss_scale, str) else "static"
 
+    def _check_fsdp2_knobs(self, bad) -> None:
+        """Chapter 20's FSDP2 knobs (the divisor check of an int reshard needs the world: parallel.py)."""
+        raf = self.reshard_after_forward
+        if not (raf is None or isinstance(raf, bool) or (isinstance(raf, int) and raf >= 2)):
+            bad("reshard_after_forward", "choose True, False, None (torch's default: True except the root) or "
+                "an int ≥ 2 dividing the ranks (the group size parameters are resharded to after forward; "
+                "1 would mean False)")
+        if self.fsdp_wrap not in FSDP_WRAP:
+            bad("fsdp_wrap", f"choose one of {FSDP_WRAP}")
+        if self.prefetch_mode not in PREFETCH_MODES:
+            bad("prefetch_mode", f"choose one of {PREFETCH_MODES}")
+        if self.prefetch_mode != "both" and not self.prefetch:
+            bad("prefetch_mode", "a prefetch direction needs prefetch ≥ 1 (the number of blocks fetched ahead)")
+        if self.cpu_offload and self.parallel != "fsdp":
+            bad("cpu_offload", "CPU offload (FSDP2 CPUOffloadPolicy) applies to parallel='fsdp' only")
+        if self.fsdp_wrap != "block" and self.parallel not in ("fsdp", "fsdp1"):
+            bad("fsdp_wrap", "wrapping granularity applies to parallel='fsdp' or 'fsdp1' only")
+        if self.prefetch and self.fsdp_wrap == "model":
+            bad("prefetch", "explicit prefetch moves between blocks: it needs fsdp_wrap='block'")
+
     @property
     def model_config(self):
         """The GPT's :class:`~labkit.model_config.GPTConfig` (checkpointing is applied by the trainer)."""
@@ -191,8 +219,8 @@ class TrainConfig:
         """This run's name in :data:`labkit.memory.estimate.STRATEGIES` (what each rank stores)."""
         if self.parallel in ("single", "ddp"):
             return "ddp"
-        if self.parallel == "fsdp":
-            return "fsdp_full" if self.reshard_after_forward else "fsdp_grad_op"
+        if self.parallel == "fsdp":   # None and an int reshard too (None keeps the root, an int a group)
+            return "fsdp_grad_op" if self.reshard_after_forward is False else "fsdp_full"
         return {"FULL_SHARD": "fsdp_full", "SHARD_GRAD_OP": "fsdp_grad_op", "NO_SHARD": "fsdp_no_shard",
                 "HYBRID_SHARD": "fsdp_hybrid"}[self.sharding_strategy]
 

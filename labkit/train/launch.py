@@ -31,6 +31,10 @@ def _check(cfgs, nprocs) -> None:
             raise TypeError(f"run needs a TrainConfig, got {type(cfg).__name__}")
         if cfg.parallel == "single" and nprocs != 1:
             raise ValueError(f"nprocs={nprocs} with parallel='single': use parallel='ddp' or 'fsdp' for > 1 rank")
+        raf = cfg.reshard_after_forward        # FSDP2 int reshard: a group size dividing the ranks (chapter 20)
+        if cfg.parallel == "fsdp" and not isinstance(raf, bool) and isinstance(raf, int) and nprocs % raf:
+            raise ValueError(f"TrainConfig.reshard_after_forward={raf} is not valid on {nprocs} ranks: an int must "
+                             "divide the ranks, or use True / False / None")
 
 
 def run(cfg: TrainConfig, nprocs: int = 1, *, timeout_s: float = 600, stream: bool = False,

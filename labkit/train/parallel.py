@@ -9,9 +9,13 @@ compile). Order matters and follows the PyTorch docs:
 2. ``"ddp"``: ``DistributedDataParallel(bucket_cap_mb=…)``
    (https://pytorch.org/docs/stable/notes/ddp.html), with an optional communication hook (chapter 23:
    fp16 / bf16 compression, PowerSGD; https://pytorch.org/docs/stable/ddp_comm_hooks.html);
-   ``"fsdp"``: FSDP2 ``fully_shard`` per block and on the root over ``init_device_mesh(device, (world,))``,
-   with ``reshard_after_forward``, an optional ``MixedPrecisionPolicy(bf16 params, fp32 reduce)`` and
-   explicit prefetching ``prefetch`` blocks ahead
+   ``"fsdp"``: FSDP2 ``fully_shard`` per block and on the root (``fsdp_wrap="block"``) or on the root
+   only (``"model"``: one unit, the whole model gathered at once) over ``init_device_mesh(device, (world,))``,
+   with ``reshard_after_forward`` (True, False, None = torch's default — True except the root — or an
+   int: the group size parameters are resharded to after forward, so backward all-gathers over that
+   smaller group), an optional ``MixedPrecisionPolicy(bf16 params, fp32 reduce)``, ``CPUOffloadPolicy``
+   (``cpu_offload``; ``pin_memory`` only on CUDA: pinning fails on a CPU-only build) and explicit
+   prefetching ``prefetch`` blocks ahead in the passes ``prefetch_mode`` names
    (https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html);
    ``"fsdp1"``: ``FullyShardedDataParallel`` with a per-block wrap policy, ``sharding_strategy``,
    ``backward_prefetch``, ``forward_prefetch``, ``limit_all_gathers`` and bf16 ``MixedPrecision``; on
@@ -69,17 +73,28 @@ def _fsdp2(model, cfg, device, n: int):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    kw = {"mesh": init_device_mesh(device.type, (n,)), "reshard_after_forward": cfg.reshard_after_forward}
+    raf = cfg.reshard_after_forward
+    if not isinstance(raf, bool) and isinstance(raf, int) and (raf > n or n % raf):
+        raise ValueError(f"TrainConfig.reshard_after_forward={raf} is not valid on {n} ranks: an int must divide "
+                         f"the ranks (a group size in {[d for d in range(2, n + 1) if n % d == 0]}), or use "
+                         "True / False / None")
+    kw = {"mesh": init_device_mesh(device.type, (n,)), "reshard_after_forward": raf}
     if cfg.mp_policy == "bf16":
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    blocks = list(model.blocks)
+    if cfg.cpu_offload:
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
+    blocks = list(model.blocks) if cfg.fsdp_wrap == "block" else []
     for block in blocks:              # one all-gather / reduce-scatter unit per block
         fully_shard(block, **kw)
-    fully_shard(model, **kw)          # the rest: embeddings (tied with the head), final norm
+    fully_shard(model, **kw)          # the rest: embeddings (tied with the head), final norm — or everything
     if cfg.prefetch:
         for i, b in enumerate(blocks):
-            b.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + cfg.prefetch])
-            b.set_modules_to_backward_prefetch(blocks[max(0, i - cfg.prefetch):i][::-1])
+            if cfg.prefetch_mode in ("both", "forward"):
+                b.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + cfg.prefetch])
+            if cfg.prefetch_mode in ("both", "backward"):
+                b.set_modules_to_backward_prefetch(blocks[max(0, i - cfg.prefetch):i][::-1])
     return model
 
 
@@ -94,7 +109,8 @@ def _fsdp1(model, cfg, device):
     mp = (MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.bfloat16)
           if cfg.mp_policy == "bf16" else None)
     wrapped = FSDP(model, sharding_strategy=ShardingStrategy[cfg.sharding_strategy],
-                   auto_wrap_policy=ModuleWrapPolicy({Block}), mixed_precision=mp,
+                   auto_wrap_policy=ModuleWrapPolicy({Block}) if cfg.fsdp_wrap == "block" else None,
+                   mixed_precision=mp,
                    backward_prefetch=BackwardPrefetch[cfg.backward_prefetch] if cfg.backward_prefetch else None,
                    forward_prefetch=cfg.forward_prefetch, limit_all_gathers=cfg.limit_all_gathers,
                    device_id=device if device.type == "cpu" else device.index)

@@ -130,55 +130,56 @@ def corpus() -> dict:
 
 
 def real_lab_corpus() -> dict:
-    """One submission of a real lab: lab01 with its throughput inflated by 10 % before saving.
+    """Submissions of real labs whose evidence was doctored before it was recorded.
 
-    q1's consistency check must catch it and q2 must not trip over it: a 1.5x inflation pushed the
-    record's MFU past 100 % (q2's sanity bound) whenever a loaded machine depressed the measured
-    peak enough that the real MFU exceeded 2/3; at 1.1x that needs a real MFU above 91 %.
+    lab01 with its throughput inflated by 10 % before saving: q1's consistency check must catch it and q2
+    must not trip over it (a 1.5x inflation pushed the record's MFU past 100 % — q2's sanity bound — whenever
+    a loaded machine depressed the measured peak enough that the real MFU exceeded 2/3; at 1.1x that needs a
+    real MFU above 91 %). lab04 and lab06: see :func:`_lab04_forged` and :func:`_lab06_inflated`.
     """
+    lab01 = _forged("lab01_baseline", "q1", "record.save(baseline_path)",
+                    "record.tokens_per_s *= 1.1  # a better number, typed in\n"
+                    "record.mfu *= 1.1\nrecord.save(baseline_path)")
+    return {"lab01_inflated": lab01, "lab04_forged": _lab04_forged(), "lab06_inflated": _lab06_inflated()}
+
+
+def _forged(lab_id: str, qid: str, old: str, new: str):
+    """The instructor source of ``lab_id`` as a learner hands it in before running (no stored outputs), with
+    ``old`` replaced by ``new`` in question ``qid``'s cell."""
     import nbformat as nbf
 
     from labkit.grading import load_lab
 
-    nb = copy.deepcopy(load_lab("lab01_baseline").notebook())
-    nb.metadata.pop("papermill", None)
-    for cell in nb.cells:  # as a learner would hand it in before running: no stored outputs
-        cell.metadata.pop("execution", None)
-        cell.metadata.pop("papermill", None)
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    c = nb.cells[index(nb, "q1")]
-    assert "record.save(baseline_path)" in c.source
-    c.source = c.source.replace("record.save(baseline_path)",
-                                "record.tokens_per_s *= 1.1  # a better number, typed in\n"
-                                "record.mfu *= 1.1\nrecord.save(baseline_path)")
-    nbf.validate(nb)
-    return {"lab01_inflated": nb, "lab04_forged": _lab04_forged()}
-
-
-def _lab04_forged():
-    """lab04 with the fused kernel's saved bytes halved in the recorded sweep (a better memory ratio, typed
-    in): q1's consistency check re-derives the bytes from the shapes and must catch it; q1's answer, q2 and q3
-    still follow from the (forged) rows and the later runs, so they keep their points."""
-    import nbformat as nbf
-
-    from labkit.grading import load_lab
-
-    nb = copy.deepcopy(load_lab("lab04_attention").notebook())
+    nb = copy.deepcopy(load_lab(lab_id).notebook())
     nb.metadata.pop("papermill", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         cell.metadata.pop("papermill", None)
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    c = nb.cells[index(nb, "q1")]
-    assert 'rows = sw.to_dict("records")' in c.source
-    c.source = c.source.replace('rows = sw.to_dict("records")',
-                                'rows = sw.to_dict("records")\n'
-                                'for r in rows:  # a better number, typed in\n'
-                                '    r["saved_bytes"] //= 2 if r["attention"] == "sdpa" else 1')
+    c = nb.cells[index(nb, qid)]
+    assert old in c.source, f"{lab_id} {qid}: the line to doctor is gone"
+    c.source = c.source.replace(old, new)
     nbf.validate(nb)
     return nb
+
+
+def _lab04_forged():
+    """lab04 with the fused kernel's saved bytes halved in the recorded sweep (a better memory ratio, typed
+    in): q1's consistency check re-derives the bytes from the shapes and must catch it; q1's answer, q2 and q3
+    still follow from the (forged) rows and the later runs, so they keep their points."""
+    return _forged("lab04_attention", "q1", 'rows = sw.to_dict("records")',
+                   'rows = sw.to_dict("records")\n'
+                   'for r in rows:  # a better number, typed in\n'
+                   '    r["saved_bytes"] //= 2 if r["attention"] == "sdpa" else 1')
+
+
+def _lab06_inflated():
+    """lab06 with every strategy's tokens/s inflated by 10 % before recording: q2's consistency check must
+    catch it, and nothing else may fail (q3 decides on bytes, not on tokens/s)."""
+    return _forged("lab06_fsdp", "q2", "records = dict(zip(STRATEGIES, recs))",
+                   "records = dict(zip(STRATEGIES, recs))\n"
+                   "for rec in recs:\n    rec.tokens_per_s *= 1.1  # a better number, typed in")
 
 
 def main() -> int:
