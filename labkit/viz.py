@@ -17,7 +17,9 @@ __all__ += ["grad_histogram"]     # chapter 18
 
 PALETTE = {"compute": "#4C72B0", "communication": "#DD8452", "comm": "#DD8452", "memory": "#55A868",
            "data": "#C44E52", "scheduling": "#8172B3", "sync": "#937860", "forward": "#4C72B0",
-           "backward": "#64B5CD", "optimizer": "#8172B3", "idle": "#BBBBBB"}
+           "backward": "#64B5CD", "optimizer": "#8172B3", "idle": "#BBBBBB",
+           # the named overheads of chapter 5's BERT-large step, and what they leave unexplained
+           "data loading": "#C44E52", "checkpointing": "#CCB974", "logging": "#6B6B6B", "unexplained": "#A9A9A9"}
 
 
 def new_axes(ncols: int = 1, *, width: float = 5.5, height: float = 3.6):

@@ -11,6 +11,10 @@ Needs Playwright in the Python that runs this script (not in the course's .venv)
     apt-get install -y chromium            # or: /tmp/pw-venv/bin/playwright install chromium
     /tmp/pw-venv/bin/python scripts/try_in_browser.py --overlay --shots /tmp/newcomer-shots
 
+``--open NB`` (repeatable) instead opens the chosen notebooks as stored — no Run All — and screenshots each of
+their cells (``<shots>/<notebook>/cell_NN.png``), to read a chapter as a learner first sees it. ``--no-bootstrap``
+uses the clone's ``.venv`` as it is (e.g. a symlink to an existing one) instead of running bootstrap.sh.
+
 ``--overlay`` also copies the working tree's uncommitted (not git-ignored) files over the clone, to try work
 that is not committed yet. Everything the script starts (JupyterLab, its kernels and their ranks, Chromium) is
 stopped in a ``finally`` block, by process id. A JSON summary (timings, errors, what rendered) is written beside
@@ -155,7 +159,28 @@ def broken_links(page, base: str, index: str) -> list[str]:
     return bad
 
 
-def browse(port: int, shots: Path, chromium: str | None, run_timeout: float, summary: dict) -> None:
+def shoot_notebook(page, base: str, index: str, nb: str, shots: Path, summary: dict) -> None:
+    """Open notebook ``nb`` (a repository path) as stored and screenshot every cell, top to bottom."""
+    rel = nb[len("chapters/"):] if index == "index.ipynb" and nb.startswith("chapters/") else nb
+    out = shots / Path(nb).stem
+    out.mkdir(parents=True, exist_ok=True)
+    page.goto(f"{base}/lab/tree/{urllib.parse.quote(rel)}")
+    page.wait_for_selector(f"{jlab.VISIBLE} .jp-Cell", timeout=60_000)
+    time.sleep(4)                                   # markdown, math and widget views settle
+    dismiss_news(page, shots, summary)
+    cells = page.locator(f"{jlab.VISIBLE} .jp-Cell")
+    n = cells.count()
+    for i in range(n):
+        cells.nth(i).scroll_into_view_if_needed()
+        cells.nth(i).screenshot(path=str(out / f"cell_{i:02d}.png"))
+    panel = page.locator(jlab.VISIBLE)
+    errors = panel.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']")
+    summary.setdefault("opened", {})[nb] = {"cells": n, "errors": errors.count(), "shots": str(out)}
+    log(f"{nb}: {n} cells shot into {out}")
+
+
+def browse(port: int, shots: Path, chromium: str | None, run_timeout: float, summary: dict,
+           opens: list[str] | None = None) -> None:
     from playwright.sync_api import sync_playwright
 
     base = f"http://127.0.0.1:{port}"
@@ -183,6 +208,10 @@ def browse(port: int, shots: Path, chromium: str | None, run_timeout: float, sum
             page.screenshot(path=str(shots / "01_index.png"))
 
             summary["index_broken_links"] = broken_links(page, base, index)
+            if opens:
+                for nb in opens:
+                    shoot_notebook(page, base, index, nb, shots, summary)
+                return
             link = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) a[href*='ch04_mfu_hfu.ipynb']").first
             summary["index_links_to_ch04"] = page.locator("a[href*='ch04_mfu_hfu.ipynb']").count()
             t0 = time.perf_counter()
@@ -238,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="extra argument for `jupyter lab` (repeatable), e.g. --lab-arg=--ServerApp.root_dir=.")
     ap.add_argument("--no-widgets", action="store_true",
                     help="disable the ipywidgets front end, to see what a viewer without widgets gets")
+    ap.add_argument("--open", action="append", default=[], metavar="NB",
+                    help="open this notebook (repository path) as stored and screenshot every cell (repeatable); "
+                         "skips chapter 4's Run All")
+    ap.add_argument("--no-bootstrap", action="store_true", help="use the clone's .venv as it is")
+    ap.add_argument("--venv", type=Path, default=None,
+                    help="with --no-bootstrap: link the clone's .venv to this existing one (nothing is installed)")
     ap.add_argument("--run-timeout", type=float, default=900.0, help="seconds for Run All Cells in chapter 4")
     args = ap.parse_args(argv)
 
@@ -246,14 +281,21 @@ def main(argv: list[str] | None = None) -> int:
     if not args.reuse:
         summary["clone_s"] = round(prepare_clone(args.source, args.clone, args.overlay), 1)
         log(f"clone ready in {summary['clone_s']} s: {args.clone}")
-    t0 = time.perf_counter()
-    boot = subprocess.run(["./scripts/bootstrap.sh", "lab"], cwd=args.clone, capture_output=True, text=True)
-    summary["bootstrap_s"] = round(time.perf_counter() - t0, 1)
-    summary["bootstrap_output"] = (boot.stdout + boot.stderr)[-3000:]
-    log(f"bootstrap rc={boot.returncode} in {summary['bootstrap_s']} s")
-    if boot.returncode != 0:
-        print(summary["bootstrap_output"], file=sys.stderr)
-        return 1
+    if args.venv is not None:
+        if not args.no_bootstrap:
+            ap.error("--venv needs --no-bootstrap (bootstrap.sh would install into the linked venv)")
+        link = args.clone / ".venv"
+        if not link.exists():
+            link.symlink_to(args.venv.resolve(), target_is_directory=True)
+    if not args.no_bootstrap:
+        t0 = time.perf_counter()
+        boot = subprocess.run(["./scripts/bootstrap.sh", "lab"], cwd=args.clone, capture_output=True, text=True)
+        summary["bootstrap_s"] = round(time.perf_counter() - t0, 1)
+        summary["bootstrap_output"] = (boot.stdout + boot.stderr)[-3000:]
+        log(f"bootstrap rc={boot.returncode} in {summary['bootstrap_s']} s")
+        if boot.returncode != 0:
+            print(summary["bootstrap_output"], file=sys.stderr)
+            return 1
 
     port = jlab.free_port()
     state = Path(tempfile.mkdtemp(prefix="newcomer-jupyter-"))
@@ -264,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         (state / "config" / "labconfig" / "page_config.json").write_text(
             json.dumps({"disabledExtensions": {"@jupyter-widgets/jupyterlab-manager": True}}))
         env["JUPYTER_CONFIG_DIR"] = str(state / "config")
+    if args.open:   # render every cell (no windowing), so each can be shot in turn
+        tracker = state / "settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+        tracker.parent.mkdir(parents=True)
+        tracker.write_text(json.dumps({"windowingMode": "none"}))
     cmd = [str(args.clone / ".venv/bin/jupyter"), "lab", *args.lab_arg, "chapters/index.ipynb", "--no-browser",
            "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
            "--ServerApp.port_retries=0"]
@@ -277,8 +323,12 @@ def main(argv: list[str] | None = None) -> int:
         wait_http(f"http://127.0.0.1:{port}/api/status", server, 120)
         summary["server_start_s"] = round(time.perf_counter() - t0, 1)
         log(f"JupyterLab on 127.0.0.1:{port} in {summary['server_start_s']} s")
-        browse(port, args.shots, args.chromium, args.run_timeout, summary)
-        ok = bool(summary.get("live_mfu_text")) and not summary.get("errors") and not summary.get("index_broken_links")
+        browse(port, args.shots, args.chromium, args.run_timeout, summary, args.open)
+        if args.open:
+            ok = len(summary.get("opened", {})) == len(args.open) and not any(
+                v["errors"] for v in summary["opened"].values())
+        else:
+            ok = bool(summary.get("live_mfu_text")) and not summary.get("errors") and not summary.get("index_broken_links")
     except Exception as e:   # record what a newcomer would have been stuck on, then clean up
         summary["failure"] = f"{type(e).__name__}: {e}"
         log(summary["failure"])
