@@ -65,9 +65,13 @@ def handler(args) -> int:
         print(f"released course tree -> {release_course(args.course_tree)}")
         return 0
     if args.course:
+        from labkit import course
         from labkit.grading.course_copy import working_copy
 
         print("\n".join(working_copy(args.course, tree=args.tree).lines()))
+        counts = {k: (len(course.notebooks(kind=k)), len(course.notebooks(kind=k, ready_only=True)))
+                  for k in ("chapter", "lab")}
+        print("the course (labkit/course.toml): " + ", ".join(f"{n} {k}s, {r} ready" for k, (n, r) in counts.items()))
         return 0
     if not args.out:
         raise ValueError("labkit release LAB: --out DIR is required (where the learner version goes)")

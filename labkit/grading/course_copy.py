@@ -92,7 +92,14 @@ def leaks(tree, *, sources=None) -> list[str]:
     """Files under ``tree`` that hold a solution or hidden-check marker on a line of its own, a cell with
     ``labkit.kind == "hidden"``, or the code of a hidden check of ``sources`` (instructor sources; default:
     the course's labs). Empty for a tree safe to put in front of learners."""
-    from labkit.grading.labfmt import BEGIN_HIDDEN, BEGIN_SOLUTION, END_HIDDEN, END_SOLUTION, learner_notebook, load_lab
+    from labkit.grading.labfmt import (
+        BEGIN_HIDDEN,
+        BEGIN_SOLUTION,
+        END_HIDDEN,
+        END_SOLUTION,
+        learner_notebook,
+        load_lab,
+    )
 
     if sources is None:
         from labkit import course
