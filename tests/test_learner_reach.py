@@ -163,5 +163,7 @@ def test_the_working_copy_keeps_the_learners_edits_and_takes_updates(tmp_path):
     assert "my answer" in (mine / "chapters" / "b.ipynb").read_text()
     assert "course update" in (mine / update_name("chapters/b.ipynb")).read_text()
     assert any("kept your chapters/b.ipynb" in ln for ln in rep.lines())
+    again = sync_copy(tree, mine)               # nothing new from the course: nothing offered again
+    assert (again.created, again.updated, again.kept) == ([], [], []) and again.unchanged == 2
     with pytest.raises(FileNotFoundError, match="does not exist"):
         sync_copy(tmp_path / "nope", mine)

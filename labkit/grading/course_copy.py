@@ -175,9 +175,13 @@ def sync_copy(tree, dest) -> SyncReport:
                 delivered[rel] = new
                 continue
             if have != delivered.get(rel):        # the learner edited it: theirs stays
+                if new == delivered.get(rel):     # and the course has not changed it since: nothing to offer
+                    rep.unchanged += 1
+                    continue
                 shutil.copyfile(src, dest / update_name(rel))
                 os.chmod(dest / update_name(rel), 0o644)
                 rep.kept.append(rel)
+                delivered[rel] = new              # offered once; offered again only when the course changes it
                 continue
             rep.updated.append(rel)
         else:
