@@ -3,20 +3,25 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= 2
-# serve from the repository root so the index's links to ../labs work; the printed URL (LabApp.default_url: JupyterLab overrides ServerApp.default_url with its own) opens
-# the course index; kernels idle for 30 min with no tab attached are shut down (closed tabs free their memory);
+# serve the learner's working copy (my-course/, git-ignored; labkit.grading.course_copy): its index links to the
+# released labs (no solutions), and running a chapter saves outputs there, never into the tracked notebooks.
+# The printed URL (LabApp.default_url: JupyterLab overrides ServerApp.default_url with its own) opens the course
+# index; kernels idle for 30 min with no tab attached are shut down (closed tabs free their memory);
 # root in a container needs --allow-root
-LAB_FLAGS := --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/chapters/index.ipynb \
+LAB_FLAGS := --ServerApp.root_dir=my-course --LabApp.default_url=/lab/tree/chapters/index.ipynb \
 	--MappingKernelManager.cull_idle_timeout=1800 --MappingKernelManager.cull_interval=300 \
 	$(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: course test unit notebooks lint bench refresh clean
 
 # calibrates this machine's peaks the first time (≈ 30 s on a 2-core CPU), so every chapter's MFU and
-# roofline divide by the same figures rather than by a measurement taken under the minute's load
+# roofline divide by the same figures rather than by a measurement taken under the minute's load; then makes
+# or updates your working copy (files you edited are kept, the course's new version goes beside them as
+# NAME.update.ipynb): `git pull && make course` takes the course's updates
 course:
 	./scripts/bootstrap.sh lab
 	$(PY) -m labkit calibrate --if-missing
+	$(PY) -m labkit release --course my-course
 	$(VENV)/bin/jupyter lab $(LAB_FLAGS)
 
 test:

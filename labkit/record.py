@@ -30,7 +30,7 @@ import os
 import platform
 import tempfile
 from dataclasses import dataclass, field
-from functools import partial
+from functools import partial, reduce
 from pathlib import Path
 from typing import Any
 
@@ -356,8 +356,8 @@ class RunRecord:
         return (f"MFU {self.mfu:.2%} = {self.tokens_per_s:,.0f} tok/s × {self.model_flops_per_token:.3g} FLOP/token "
                 f"÷ ({self.n_devices} × {si(self.peak_flops, 'FLOP/s')}) [peak: {self.peak_source}]")
 
-    def summary(self) -> str:
-        """One line a human can read in a log."""
+    def summary(self, width: int = 100) -> str:
+        """Parts joined by `` | ``, wrapped between parts at ``width`` (0: one line; notebooks break longer mid-word)."""
         parts = [self.label]
         if self.step_time:
             # tokens/s is total tokens / total time, so it matches the *mean* step, not the median
@@ -370,14 +370,12 @@ class RunRecord:
             parts.append(f"MFU {self.mfu:.1%}")
         if self.hfu is not None and self.hfu != self.mfu:
             parts.append(f"HFU {self.hfu:.1%}")
-        if self.comm_wait_share is not None:
-            parts.append(f"comm wait {self.comm_wait_share:.1%}")
-        if self.data_wait_share is not None:
-            parts.append(f"data wait {self.data_wait_share:.1%}")
+        parts += [f"{n} {v:.1%}" for n, v in (("comm wait", self.comm_wait_share), ("data wait", self.data_wait_share)) if v is not None]
         if self.peak_memory_bytes is not None:
             rss = "rss" in str(self.extra.get("peak_memory_kind", "")).lower()
             parts.append(f"{'peak RSS (process lifetime)' if rss else 'peak mem'} {self.peak_memory_bytes / 2**20:,.1f} MiB")
-        return " | ".join(parts)
+        return reduce(lambda t, p: t + ("\n  " if width and len(t.rsplit("\n", 1)[-1]) + 3 + len(p) > width
+                                                  else " | ") + p, parts[1:], parts[0])
 
 
 def _jsonable(o):

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Try the course as a newcomer would, in a real (headless) browser.
 
-clean clone -> ``scripts/bootstrap.sh lab`` (what ``make course`` runs) -> JupyterLab on a free port on
-127.0.0.1 -> Chromium -> ``chapters/index.ipynb`` -> click the index's link to chapter 4 -> Run All Cells ->
+clean clone -> ``scripts/bootstrap.sh lab`` and ``labkit release --course my-course`` (what ``make course``
+runs) -> JupyterLab serving ``my-course/`` on a free port on 127.0.0.1 -> Chromium -> ``chapters/index.ipynb``
+(the released labs it links to must hold no solution) -> click the index's link to chapter 4 -> Run All Cells ->
 wait -> screenshots of the live-run MFU cell, the calculator, and anything that went wrong.
 
 Needs Playwright in the Python that runs this script (not in the course's .venv), e.g.::
@@ -203,6 +204,18 @@ def browse(port: int, shots: Path, chromium: str | None, run_timeout: float, sum
             page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
             jlab.wait_kernel_idle(page, 60)
             summary["index_open_s"] = round(time.perf_counter() - t0, 1)
+            # the labs the index links to are the released copies: no solution or hidden check reachable
+            leaked = []
+            for lab in ("lab01_baseline", "lab02_profiler", "lab05_ddp"):
+                try:
+                    with urllib.request.urlopen(f"{base}/api/contents/labs/{lab}/{lab}.ipynb", timeout=10) as r:
+                        text = r.read().decode()
+                except OSError as e:
+                    leaked.append(f"{lab}: not served ({e})")
+                    continue
+                if "BEGIN SOLUTION" in text or "BEGIN HIDDEN" in text:
+                    leaked.append(f"{lab}: solutions visible")
+            summary["lab_copies"] = leaked or "released copies (no solutions)"
             time.sleep(1)
             dismiss_news(page, shots, summary)
             page.screenshot(path=str(shots / "01_index.png"))
@@ -297,6 +310,13 @@ def main(argv: list[str] | None = None) -> int:
             print(summary["bootstrap_output"], file=sys.stderr)
             return 1
 
+    # what `make course` does next: the learner's working copy (released labs, outputs saved there)
+    rel = subprocess.run([str(args.clone / ".venv/bin/python"), "-m", "labkit", "release", "--course", "my-course"],
+                         cwd=args.clone, capture_output=True, text=True)
+    summary["course_copy"] = (rel.stdout + rel.stderr)[-2000:]
+    if rel.returncode != 0:
+        print(summary["course_copy"], file=sys.stderr)
+        return 1
     port = jlab.free_port()
     state = Path(tempfile.mkdtemp(prefix="newcomer-jupyter-"))
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(state / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(state / "settings"),
@@ -316,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() == 0:    # containers run as root; JupyterLab refuses that without the flag
         cmd.append("--allow-root")
     server_log = open(args.shots / "jupyter.log", "w")
-    server = subprocess.Popen(cmd, cwd=args.clone, env=env, stdout=server_log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(cmd, cwd=args.clone / "my-course", env=env, stdout=server_log, stderr=subprocess.STDOUT)
     ok = False
     try:
         t0 = time.perf_counter()

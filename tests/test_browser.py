@@ -40,17 +40,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 def _served_copy(dest: Path) -> Path:
-    """The course's tracked notebooks and files (chapters/, labs/) copied to ``dest``."""
-    files = subprocess.run(["git", "ls-files", "-z", "chapters", "labs"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split("\0")
-    if not any(files):        # not a git checkout (an sdist): copy the folders whole
-        for d in ("chapters", "labs"):
-            shutil.copytree(ROOT / d, dest / d, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-        return dest
-    for f in filter(None, files):
-        (dest / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / f, dest / f)
-    return dest
+    """What `make course` serves: the released course (chapters, labs without solutions) written to ``dest``."""
+    from labkit.grading.course_copy import release_course
+
+    return release_course(dest)
 
 
 def _stop(proc: subprocess.Popen) -> None:

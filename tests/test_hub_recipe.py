@@ -56,9 +56,11 @@ def test_image_pins_the_bootstrap_torch_installs_the_lab_extra_and_leaves_the_co
     env = dict(a.split("=", 1) for k, a in steps if k == "ENV")
     assert env["LABKIT_ROOT"] == "/opt/labkit"
     for k, a in steps:
-        if k == "COPY":
+        if k == "COPY" and "--from=" not in a:          # from the build context (not from another stage)
             src = [p for p in a.split() if not p.startswith("--")][0]
             assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
+    # the image brings a CJK font (the course's Chinese titles); figures must not need one (tests/test_viz_fonts.py)
+    assert re.search(r"apt-get install[^&]*fonts-noto-cjk", run)
     users = [a for k, a in steps if k == "USER"]
     assert users[-1] == "${NB_UID}", "the learner's server must not run as root"
 

@@ -12,7 +12,9 @@ hidden checks then run in a fresh process against the evidence the notebook reco
 DIR/gradebook.csv (student, lab, timestamp, score, max_score, one column per question, status,
 source_copy, file, late, replaced, roster), DIR/feedback/<student>.json (the instructor's record),
 DIR/feedback/<student>.md (for the learner; --feedback-values hide replaces the numbers their evidence
-does not contain by [hidden]) and DIR/executed/<student>.ipynb. A re-run skips submissions already
+does not contain by [hidden]) and DIR/executed/<student>.ipynb. Every other file in the submission
+folders is listed with why it is not graded (DIR/not-graded.txt); a notebook of another lab is graded
+wrong-lab, naming the lab it is. A re-run skips submissions already
 graded (same notebook bytes, same lab source) unless --force; students an interrupted --force run had
 not finished are regraded.
 
@@ -21,7 +23,7 @@ re-upload, name-1.ipynb, replaces the earlier file), mapped to --roster ids when
 columns: student_id (required), name, login, canvas_id, moodle_id.
 
 examples:
-  labkit release lab01_baseline --out release/
+  labkit release lab01_baseline --out ~/course-release/
   labkit grade lab01_baseline submitted/ --out grades/ --workers 2 --param FAST=True
   labkit grade lab01_baseline canvas_export/ --roster roster.csv --out grades/
   labkit grade lab01_baseline subs/ --out grades/shard2 --shard 2/4     # on four machines, then:
@@ -99,6 +101,13 @@ def handler(args) -> int:
               f"{', '.join(res.unmatched)}")
     if res.missing:
         print(f"in the roster, no submission ({len(res.missing)}): {', '.join(res.missing)}")
+    for row in res.rows:
+        if row["status"] == "wrong-lab":
+            print(f"{row['student']}: {row['file']} is not {row['lab']} (see its feedback): not graded")
+    if res.passed_over:
+        print(f"not graded ({len(res.passed_over)} file(s), listed in {res.gradebook.parent / 'not-graded.txt'}):")
+        for path, why in res.passed_over:
+            print(f"  {path}: {why}")
     print(f"graded {len(res.graded)}, skipped (already graded) {len(res.skipped)}, grader errors "
           f"{len(res.failed)} -> {res.gradebook}")
     return 1 if res.failed else 0

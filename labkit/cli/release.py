@@ -1,19 +1,39 @@
-"""``labkit release LAB --out DIR``: write the learner version of a lab (see labkit.grading.labfmt)."""
+"""``labkit release LAB --out DIR``: write the learner version of a lab (see labkit.grading.labfmt);
+``labkit release --course DIR [--from TREE]``: make or update a learner's working copy of the whole course
+(see labkit.grading.course_copy)."""
 from __future__ import annotations
 
 import argparse
 
+EPILOG = """\
+examples:
+  labkit release lab01_baseline --out ~/course-release/     # one lab, for an LMS or a course repository
+  labkit release --course my-course                          # what `make course` runs: your working copy
+  labkit release --course-tree /opt/labkit/course            # the released course tree alone (hub image)
+  labkit release --course ~/labkit --from /opt/labkit/course # a learner's copy from a released tree (hub)
+
+--course never overwrites a file you edited: the course's new version goes beside it as NAME.update.ipynb.
+"""
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "release", help="write the learner version of a lab (solutions and hidden checks removed)",
+        "release", help="write the learner version of a lab, or a learner's copy of the course",
         description="Write the learner version of LAB into DIR/<lab>/: solution regions replaced by "
                     "'...  # YOUR ANSWER HERE', hidden-check cells removed, cell ids kept, outputs cleared, "
-                    "support files copied. Byte-identical on every re-run.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("lab", metavar="LAB", help="lab id from the course manifest (e.g. lab01_baseline), a lab "
-                   "folder, or the instructor notebook's path")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder to write the learner version into")
+                    "support files copied, files world-readable. Byte-identical on every re-run. With "
+                    "--course: make or update a learner's working copy of the course (chapters and the "
+                    "released labs).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("lab", metavar="LAB", nargs="?", help="lab id from the course manifest (e.g. lab01_baseline), "
+                   "a lab folder, or the instructor notebook's path")
+    p.add_argument("--out", metavar="DIR", help="folder to write the learner version of LAB into (keep it "
+                   "outside the repository, or in its ignored build/)")
+    p.add_argument("--course", metavar="DIR", help="make or update the working copy DIR of the whole course")
+    p.add_argument("--course-tree", metavar="DIR", help="write the released course tree (chapters + released "
+                   "labs) into DIR")
+    p.add_argument("--from", dest="tree", metavar="TREE", help="with --course: update from this released course "
+                   "tree instead of releasing this checkout's sources")
     p.set_defaults(func=handler)
 
 
@@ -34,6 +54,27 @@ def read_lab(lab):
 
 
 def handler(args) -> int:
+    modes = [m for m in ("lab", "course", "course_tree") if getattr(args, m)]
+    if len(modes) != 1:
+        raise ValueError("labkit release: give exactly one of LAB (with --out), --course DIR or --course-tree DIR")
+    if args.tree and not args.course:
+        raise ValueError("labkit release: --from TREE goes with --course DIR")
+    if args.course_tree:
+        from labkit.grading.course_copy import release_course
+
+        print(f"released course tree -> {release_course(args.course_tree)}")
+        return 0
+    if args.course:
+        from labkit import course
+        from labkit.grading.course_copy import working_copy
+
+        print("\n".join(working_copy(args.course, tree=args.tree).lines()))
+        counts = {k: (len(course.notebooks(kind=k)), len(course.notebooks(kind=k, ready_only=True)))
+                  for k in ("chapter", "lab")}
+        print("the course (labkit/course.toml): " + ", ".join(f"{n} {k}s, {r} ready" for k, (n, r) in counts.items()))
+        return 0
+    if not args.out:
+        raise ValueError("labkit release LAB: --out DIR is required (where the learner version goes)")
     from labkit.grading import release
 
     lab = read_lab(args.lab)

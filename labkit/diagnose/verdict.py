@@ -11,6 +11,8 @@ import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+WIDTH = 100   # report lines fit a notebook's ~120-character output area with room for its margins
+
 __all__ = ["FAMILIES", "Thresholds", "Finding", "Diagnosis"]
 
 FAMILIES = ("compute", "communication", "memory", "data", "scheduling")
@@ -80,31 +82,43 @@ class Diagnosis:
     primary: str | None
     figures: dict[str, Any] = field(default_factory=dict)
 
-    def report(self) -> str:
-        """A readable report: the figures read, then each finding with evidence and advice."""
+    def report(self, width: int = WIDTH) -> str:
+        """A readable report: the figures read, then each finding with evidence and advice. Every line is at
+        most ``width`` characters, wrapped at word boundaries (a notebook's output area is ~120 characters
+        wide and breaks longer lines mid-word: "dat a wait", "2026-1 2-01")."""
+        def wrap(text: str, indent: str = "", first: str = "") -> list[str]:
+            return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=indent,
+                                 break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+
         lines = ["Diagnosis (metrics → logs → topology → strategy)", ""]
         figures = ", ".join(f"{k} {_fmt(v)}" for k, v in self.figures.items() if v is not None)
-        # wrapped at commas to the width of a notebook's output area (a 300-character line breaks mid-word)
-        lines += textwrap.wrap("Figures: " + figures, width=104, subsequent_indent="  ", break_long_words=False,
-                               break_on_hyphens=False)
+        lines += wrap("Figures: " + figures, "  ")
         lines.append("")
         if not self.findings:
             lines.append("No finding crossed its threshold.")
         for i, f in enumerate(self.findings, 1):
-            mark = "  <== primary" if f.family == self.primary else ""
-            lines.append(f"{i}. [{f.family}] {f.title} — severity {f.severity}, "
-                         f"≈{f.score:.0%} of step time at stake{mark}")
+            mark = "  <== primary" if f is self.primary_finding else ""
+            lines += wrap(f"{i}. [{f.family}] {f.title} — severity {f.severity}, "
+                          f"≈{f.score:.0%} of step time at stake{mark}", "     ")
+            pad = " " * 15
             for k, v in f.evidence.items():
-                lines.append(f"     evidence  {k} = {_fmt(v)}")
+                lines += wrap(f"{k} = {_fmt(v)}", pad, "     evidence  ")
             for k, v in f.thresholds.items():
-                lines.append(f"     threshold {k} = {_fmt(v)}")
+                lines += wrap(f"{k} = {_fmt(v)}", pad, "     threshold ")
             if f.note:
-                lines.append(f"     note      {f.note}")
+                lines += wrap(f.note, pad, "     note      ")
             for a in f.advice:
-                lines.append(f"     advice    {a}")
+                lines += wrap(a, pad, "     advice    ")
         lines.append("")
-        lines.append(f"Verdict: {self.verdict}")
+        lines += wrap(f"Verdict: {self.verdict}", "  ")
         return "\n".join(lines)
+
+    @property
+    def primary_finding(self) -> Finding | None:
+        """The one finding the verdict names: the highest-scoring finding of the primary family (two findings
+        of one family — a straggler and a host gap are both scheduling — are not both "primary")."""
+        mine = [f for f in self.findings if f.family == self.primary]
+        return max(mine, key=lambda f: f.score) if mine else None
 
     def to_dict(self) -> dict:
         return {"verdict": self.verdict, "primary": self.primary, "figures": self.figures,

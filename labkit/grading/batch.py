@@ -13,6 +13,11 @@ each submission
    ``DIR/feedback/<student>.md`` (:mod:`labkit.grading.feedback`), and rebuilds ``DIR/gradebook.csv``
    from all of them (:mod:`labkit.grading.gradebook`).
 
+Every other file found in the submission folders is listed, with why it is not graded, in
+``DIR/not-graded.txt`` (and by ``labkit grade``); a notebook of another lab (its metadata or its
+cells say which, :func:`~labkit.grading.labfmt.other_lab`) is not run and is graded ``wrong-lab``,
+naming the lab it is.
+
 Students come from the file names (nbgrader, Canvas, Moodle) and an optional roster; a late
 re-upload replaces the earlier one (:mod:`labkit.grading.students`). ``shard=(i, N)`` grades every
 N-th student only, for spreading a class over machines (see ``labs/README.md``).
@@ -42,12 +47,12 @@ from pathlib import Path
 from labkit.grading import feedback, sandbox
 from labkit.grading.evidence import sha256_file
 from labkit.grading.gradebook import FIXED_COLUMNS, write_gradebook
-from labkit.grading.labfmt import Lab, learner_notebook, load_lab, source_copy
+from labkit.grading.labfmt import Lab, learner_notebook, load_lab, other_lab, source_copy
 from labkit.grading.students import Roster, Student, parse_shard, resolve, shard_of, student_of
 from labkit.record import atomic_write_text
 
 GRADER_VERSION = 1
-__all__ = ["GradeConfig", "GradeResult", "FIXED_COLUMNS", "collect", "grade", "grade_one", "student_of",
+__all__ = ["GradeConfig", "GradeResult", "FIXED_COLUMNS", "collect", "collect_all", "grade", "grade_one", "student_of",
            "write_gradebook"]
 
 
@@ -90,24 +95,37 @@ class GradeResult:
     unmatched: list[str] = field(default_factory=list)   # graded, but not in the roster
     missing: list[str] = field(default_factory=list)     # in the roster, no submission
     replaced: dict = field(default_factory=dict)         # student -> earlier uploads their latest replaced
+    passed_over: list = field(default_factory=list)      # (file, why) for every file found and not graded
 
 
 # ---------------------------------------------------------------- submissions
 def collect(paths) -> list[Path]:
     """Notebooks named by ``paths`` (files, or folders searched recursively)."""
-    out = []
+    return collect_all(paths)[0]
+
+
+def collect_all(paths) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Notebooks named by ``paths`` and every other file found in their folders, with why it is not graded."""
+    out, passed = [], []
     for p in map(Path, paths):
         if p.is_file():
             if p.suffix != ".ipynb":
                 raise ValueError(f"submission {p} is not a .ipynb notebook")
             out.append(p.resolve())
         elif p.is_dir():
-            out += sorted(q.resolve() for q in p.rglob("*.ipynb") if ".ipynb_checkpoints" not in q.parts)
+            for q in sorted(x for x in p.rglob("*") if x.is_file()):
+                if ".ipynb_checkpoints" in q.parts:
+                    passed.append((q.resolve(), "in .ipynb_checkpoints: Jupyter's autosave copy, not a submission"))
+                elif q.suffix != ".ipynb":
+                    passed.append((q.resolve(), f"not a notebook ({q.suffix or 'no extension'}); only .ipynb "
+                                                "files are graded"))
+                else:
+                    out.append(q.resolve())
         else:
             raise FileNotFoundError(f"submission {p} does not exist")
     if not out:
         raise ValueError(f"no .ipynb submissions found in {[str(p) for p in paths]}")
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(out)), passed
 
 
 # ---------------------------------------------------------------- one submission
@@ -173,6 +191,13 @@ def grade_one(lab: Lab, sub: Path, student: str, out: Path, cfg: GradeConfig) ->
         fb["notes"].append(f"the submission is not a readable notebook: {type(e).__name__}: {str(e)[:300]}")
         return fb
     fb["structure"] = _structure(lab, nb)
+    other = other_lab(lab, nb)
+    if other:
+        fb.update(status="wrong-lab", execution=None, complete=True, submitted_lab=other,
+                  questions=_zero(lab, f"not graded: this notebook is {other}, not {lab.id}"))
+        fb["notes"].append(f"this notebook is the lab {other} (its cells are {other}'s), not {lab.id}: "
+                           f"submit your {lab.id} notebook")
+        return fb
     fb["source_copy"] = source_copy(lab, nb)
     if fb["source_copy"]:
         fb["notes"].append("this is the instructor's source (identical)" if fb["source_copy"] == "identical"
@@ -209,7 +234,7 @@ def grade_one(lab: Lab, sub: Path, student: str, out: Path, cfg: GradeConfig) ->
         fb["complete"] = False
         return fb
     t1 = time.perf_counter()
-    results = _checks(lab, work / "work", private, cfg)
+    results = _checks(lab, work / "work", private, cfg, submitted=sub)
     fb["checks_s"] = round(time.perf_counter() - t1, 2)
     fb["questions"] = _score(lab, results, report)
     fb["score"] = round(sum(q["score"] for q in fb["questions"].values()), 6)
@@ -245,8 +270,9 @@ def _summarise(report: dict) -> dict:
     }
 
 
-def _checks(lab: Lab, work_root: Path, private: Path, cfg: GradeConfig) -> list[dict]:
+def _checks(lab: Lab, work_root: Path, private: Path, cfg: GradeConfig, submitted: Path | None = None) -> list[dict]:
     spec = {"lab": lab.id, "work_root": str(work_root), "params": cfg.params, "check_s": cfg.check_s,
+            "submitted": str(submitted) if submitted else None,
             "result": str(private / "checks.json"),
             "checks": [{"id": c.id, "question": c.question, "weight": c.weight, "source": c.source}
                        for c in lab.checks]}
@@ -342,8 +368,10 @@ def grade(lab, submissions, out, config: GradeConfig | None = None) -> GradeResu
     if out.exists() and not out.is_dir():   # checked first: a bad --out is named before any submission
         raise NotADirectoryError(f"--out {out} is a file; give a folder for the gradebook and feedback")
     roster = Roster.load(cfg.roster) if cfg.roster else None
-    students = resolve(collect(submissions), parsed.id, roster)
+    notebooks, passed_over = collect_all(submissions)
+    students = resolve(notebooks, parsed.id, roster)
     (out / "feedback").mkdir(parents=True, exist_ok=True)
+    _write_passed_over(out, passed_over)
     mine = shard_of(students, cfg.shard)
     pending = read_pending(out, parsed)
     todo, skipped = [], []
@@ -390,4 +418,14 @@ def grade(lab, submissions, out, config: GradeConfig | None = None) -> GradeResu
     unmatched = [n for n in mine if students[n].in_roster is False]
     missing = sorted(set(roster.ids) - set(students)) if roster else []
     replaced = {n: [p.name for p in students[n].replaced] for n in mine if students[n].replaced}
-    return GradeResult(path, rows, sorted(graded), sorted(skipped), sorted(failed), unmatched, missing, replaced)
+    return GradeResult(path, rows, sorted(graded), sorted(skipped), sorted(failed), unmatched, missing, replaced,
+                       passed_over)
+
+
+def _write_passed_over(out: Path, passed_over) -> None:
+    """``out/not-graded.txt``: every file of the submission folders that was not graded, and why."""
+    path = out / "not-graded.txt"
+    if passed_over:
+        atomic_write_text(path, "".join(f"{p}\t{why}\n" for p, why in passed_over))
+    else:
+        path.unlink(missing_ok=True)

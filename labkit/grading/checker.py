@@ -8,6 +8,8 @@ these names defined:
 ``evidence(q)``  :class:`~labkit.grading.evidence.Evidence` of question ``q`` (CheckFailed if missing)
 ``expect(c, m)`` fail with message ``m`` unless ``c``; ``close(a, b, rel=)`` numeric agreement
 ``CheckFailed``, ``LAB`` (lab id), ``WORK`` (the submission's work folder), ``PARAMS`` (injected parameters)
+``SUBMITTED``    the notebook as the learner submitted it (its outputs are what they saw before the grader
+                 re-ran it: untrusted, for saying why a check failed — "that figure is stale" — never for passing one)
 
 A check passes when its code finishes; :class:`CheckFailed` is a failed check with its message, any other
 exception is a failed check reported as such, and a check past ``check_s`` seconds fails as timed out.
@@ -42,7 +44,8 @@ def run_checks(spec: dict) -> list[dict]:
     signal.signal(signal.SIGALRM, _alarm)
     for chk in spec["checks"]:
         ns = {"__name__": f"labkit_hidden_{chk['id']}", "LAB": lab, "WORK": work,
-              "PARAMS": dict(spec.get("params") or {}), "expect": expect, "close": close,
+              "PARAMS": dict(spec.get("params") or {}), "SUBMITTED": spec.get("submitted"),
+              "expect": expect, "close": close,
               "CheckFailed": CheckFailed,
               "evidence": lambda q, _lab=lab, _w=work: Evidence.load(_lab, q, root=_w)}
         res = {"id": chk["id"], "question": chk["question"], "weight": chk["weight"], "passed": False,

@@ -1,14 +1,14 @@
 """What a learner gets back: ``feedback/<student>.md`` beside the instructor's ``feedback/<student>.json``.
 
 The JSON is the instructor's full record. The Markdown file is written for the learner: the score,
-one line per question, each failed check's message, and the grader's notes.
+one line per question, each failed check's message (every one, none twice), and the grader's notes.
 
 Correct values (``--feedback-values``, default ``hide``). A hidden check's message often names the
 value it expected ("q2: 123 is not 0.5 / MFU = 3.374"). The checker therefore records each message
 twice: ``message`` as the check wrote it, and ``learner_message`` in which every number that the
 learner's own evidence does not contain is replaced by ``[hidden]`` (:func:`withhold`): numbers the
 learner submitted or measured stay, numbers the check computed go ("q2: 123 is not [hidden] / MFU =
-[hidden]"). ``hide`` puts the learner messages in the Markdown, ``show`` the messages as written. A
+[hidden]"); a withheld number goes with its sign. ``hide`` puts the learner messages in the Markdown, ``show`` the messages as written. A
 number counts as the learner's when one of their evidence numbers, rounded to the digits shown,
 reads the same — so a check that wants a value kept shows it with the precision it was recorded at.
 """
@@ -22,7 +22,8 @@ from labkit import checks
 
 VALUES = ("show", "hide")
 HIDDEN = "[hidden]"
-_NUMBER = re.compile(r"(?<![\w.*])(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?!\w|\.\d)")
+# a number with its sign: a withheld "-0.0103" becomes "[hidden]", never "-[hidden]" (the sign is part of it)
+_NUMBER = re.compile(r"(?<![\w.*])(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?!\w|\.\d)")
 
 
 def check_values(setting: str) -> str:
@@ -57,7 +58,7 @@ def _digits(token: str) -> int:
 
 
 def _shown(token: str, numbers) -> bool:
-    value, sig = float(token), _digits(token)
+    value, sig = abs(float(token)), _digits(token.lstrip("-"))
     for x in numbers:
         if x == value:
             return True
@@ -96,18 +97,22 @@ def render(fb: dict, values: str = "hide") -> str:
     questions = fb.get("questions") or {}
     if questions:
         lines += ["", "| question | score | feedback |", "|---|---|---|"]
+        rest: dict[str, list[str]] = {}
         for qid, q in questions.items():
-            first = next((c.get(key, c.get("message", "")) for c in q.get("checks", []) if not c.get("passed")),
-                         None)
-            text = first or (q.get("feedback") if not q.get("checks") else "all checks passed")
-            lines.append(f"| {qid} | {q.get('score', 0):g} / {q.get('max_score', 0):g} | {_cell(text)} |")
-        for qid, q in questions.items():
-            failed = [c for c in q.get("checks", []) if not c.get("passed")]
-            if failed:
-                lines += ["", f"## {qid}: what to fix", ""]
-                lines += [f"- {_cell(c.get(key, c.get('message', '')))}" for c in failed]
+            # every failed check's message once: the first in the table, the others under "also to fix"
+            msgs = list(dict.fromkeys(_cell(c.get(key, c.get("message", ""))) for c in q.get("checks", [])
+                                      if not c.get("passed")))
+            if msgs:
+                text = msgs[0] + (f" (and {len(msgs) - 1} more below)" if len(msgs) > 1 else "")
+            else:
+                text = _cell(q.get("feedback")) if not q.get("checks") else "all checks passed"
+            lines.append(f"| {qid} | {q.get('score', 0):g} / {q.get('max_score', 0):g} | {text} |")
+            if len(msgs) > 1:
+                rest[qid] = msgs[1:]
+        for qid, msgs in rest.items():
+            lines += ["", f"## {qid}: also to fix", ""] + [f"- {m}" for m in msgs]
     if fb.get("notes"):
-        lines += ["", "## Notes", ""] + [f"- {_cell(n)}" for n in fb["notes"]]
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in dict.fromkeys(_cell(n) for n in fb["notes"])]
     if values == "hide":
         lines += ["", f"_Values your evidence does not contain are shown as {HIDDEN}._"]
     return "\n".join(lines) + "\n"

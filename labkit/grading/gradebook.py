@@ -3,7 +3,7 @@
 Columns: ``student, lab, timestamp, score, max_score``, one column per question (its score), then
 
 ==============  ==================================================================================
-status          graded / unreadable / ... (see :mod:`labkit.grading.batch`)
+status          graded / unreadable / wrong-lab (another lab's notebook) / ... (see :mod:`labkit.grading.batch`)
 source_copy     ``identical``: the submission's code cells are the instructor source's; ``solutions``:
                 it holds solution or hidden-check regions of the instructor source; empty otherwise
 file            the file graded

@@ -14,7 +14,8 @@ check      ``{"id": "q1-check", "kind": "check", "question": "q1"}`` — a visib
 hidden     ``{"id": "q1-hidden", "kind": "hidden", "question": "q1", "weight": 1}`` — the whole cell is a
            ``### BEGIN HIDDEN CHECKS`` / ``### END HIDDEN CHECKS`` region. It lives only in the instructor
            source, and the grader runs it in a fresh process against the recorded evidence, with
-           ``evidence``, ``expect``, ``close``, ``CheckFailed``, ``LAB``, ``WORK`` and ``PARAMS`` defined. (It
+           ``evidence``, ``expect``, ``close``, ``CheckFailed``, ``LAB``, ``WORK``, ``PARAMS`` and ``SUBMITTED``
+           (the submitted notebook, :mod:`labkit.grading.checker`) defined. (It
            also runs when the instructor source is executed, so the course's notebook tests exercise it: the
            lab's setup cell binds ``evidence, expect, close = book.load, grading.expect, grading.close``.) A question scores ``points`` × (weight of its passed hidden checks / total).
 =========  ==============================================================================
@@ -22,7 +23,8 @@ hidden     ``{"id": "q1-hidden", "kind": "hidden", "question": "q1", "weight": 1
 :func:`release` writes the learner version: each solution region becomes ``...  # YOUR ANSWER HERE``
 (at the region's indentation, so the cell still parses), hidden cells are removed, ids kept, outputs and
 execution metadata cleared, visible checks tagged ``raises-exception``; the bytes are identical on
-every re-run.
+every re-run, and the files are world-readable (0644). :mod:`labkit.grading.course_copy` releases the
+whole course (chapters + every ready lab) and keeps a learner's working copy of it.
 
 Taught in the labs (``labs/``) and the instructor notes of ``labkit grade --help``.
 """
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -268,10 +271,12 @@ def release(lab: str | Path, out: str | Path) -> Path:
     nb = learner_notebook(parsed)
     path = dest / f"{parsed.id}.ipynb"
     atomic_write_text(path, nbformat.writes(nb) + "\n")
+    os.chmod(path, 0o644)                    # for learners to read (the atomic write's temp file is 0600)
     for f in parsed.support_files():
         target = dest / f.relative_to(parsed.dir)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(f, target)
+        os.chmod(target, 0o644)
     return path
 
 
@@ -288,3 +293,49 @@ def source_copy(lab: Lab, nb) -> str:
         if any(BEGIN_SOLUTION.match(ln) or BEGIN_HIDDEN.match(ln) for ln in lines):
             return "solutions"
     return ""
+
+
+def _fixed_code(nb) -> set[str]:
+    """The code a learner does not write: every code cell but the answer cells (setup, checks, the last)."""
+    return {c.source.strip() for c in nb.cells if c.cell_type == "code" and c.source.strip()
+            and (_meta(c) or {}).get("kind") not in ("answer", "hidden")}
+
+
+def _course_labs() -> list[Lab]:
+    from labkit import course
+    from labkit.paths import repo_root
+
+    labs = []
+    for e in course.notebooks(kind="lab"):
+        p = repo_root() / e.path
+        if p.is_file():
+            try:
+                labs.append(load_lab(p))
+            except ValueError:
+                continue
+    return labs
+
+
+def other_lab(lab: Lab, nb, candidates: list[Lab] | None = None) -> str | None:
+    """The id of the lab ``nb`` is when it is not ``lab`` (a lab01 notebook submitted as lab02), else None.
+
+    Read from the released notebook's ``metadata.labkit.lab``; without it, from the cells a learner does
+    not write (setup, visible checks): ``nb`` is another lab when more of them are that lab's than
+    ``lab``'s — cell ids alone cannot tell (every lab has a ``q1``).
+    """
+    meta = nb.get("metadata", {}).get("labkit")
+    named = meta.get("lab") if isinstance(meta, dict) else None
+    if isinstance(named, str) and named and named != lab.id:
+        return named
+    if named == lab.id:
+        return None
+    mine = _fixed_code(nb)
+    own = len(mine & _fixed_code(lab.notebook()))
+    best, best_n = None, own
+    for other in (_course_labs() if candidates is None else candidates):
+        if other.id == lab.id:
+            continue
+        n = len(mine & _fixed_code(other.notebook()))
+        if n > best_n:
+            best, best_n = other.id, n
+    return best

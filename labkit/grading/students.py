@@ -5,7 +5,8 @@ Where a submission's student comes from (:func:`origin_of`), first match wins:
 ==========  ======================================================================================
 Canvas      "Download submissions" names each file ``<sortable name>_[LATE_]<user id>_<attachment
             id>_<file name>``; a student's second upload of the same file name gets ``-1``, the
-            third ``-2`` (``bergana_LATE_12345_678901_lab01_baseline-1.ipynb``).
+            third ``-2`` (``bergana_LATE_12345_678901_lab01_baseline-1.ipynb``). The sortable name may
+            hold underscores (``doe_jane_12345_678_lab01_baseline.ipynb`` -> doe_jane, user 12345).
 Moodle      "Download all submissions" names each file ``<Full Name>_<participant id>_
             assignsubmission_file_<file name>``, or, with "Download submissions in folders", puts
             the file into a folder of that name (``Ana Berg_1234_assignsubmission_file/lab01.ipynb``).
@@ -34,7 +35,10 @@ from pathlib import Path
 from labkit import checks
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
-CANVAS = re.compile(r"^(?P<name>[^\W_]+)_(?P<late>LATE_)?(?P<uid>\d+)_(?P<att>\d+)_(?P<file>.+?)(?:-(?P<n>\d+))?$")
+# the sortable name is letters (``bergana``) or words joined by ``_`` (``doe_jane``, ``o-brien_sean``): the
+# first ``_<digits>_<digits>_`` after it is the user id and attachment id (names hold no digits)
+CANVAS = re.compile(r"^(?P<name>[^\W\d_](?:[^\W\d]|[-'])*?)_(?P<late>LATE_)?(?P<uid>\d+)_(?P<att>\d+)_(?P<file>.+?)"
+                    r"(?:-(?P<n>\d+))?$")
 MOODLE = re.compile(r"^(?P<name>.+?)_(?P<uid>\d+)_assignsubmission_file(?:_(?P<file>.*))?$")
 ROSTER_COLUMNS = ("student_id", "name", "login", "canvas_id", "moodle_id")
 
