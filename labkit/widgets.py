@@ -11,10 +11,14 @@ when widgets cannot render (papermill, nbconvert/HTML, a viewer without the widg
     calc.compute(mfu=0.3)                 # the same maths, no UI
 
 The sliders start exactly on the table's "defaults" row: both come from one ``compute`` at the same
-inputs and one formatter (:meth:`Calculator.formatted`). A slider is only stepped when its default lies
-on the step grid — a browser snaps the starting value to the grid and sends the snapped value back,
-which would move the first result off the table — and a value that comes back from the browser within
-rounding of the one the kernel holds (``10**log10(x)`` is not always ``x``) is read as that value.
+inputs and one formatter (:meth:`Calculator.formatted`). A browser snaps a slider's starting value to
+its step grid and sends the snapped value back, so a linear slider is only stepped when its default lies
+on the grid; a log slider's grid is laid through its default (its minimum moves up by less than one
+step), so it always has a keyboard step (0.01 decade, ×1.023 a press) rather than noUiSlider's 10 % of
+the range. A value that comes back within rounding of the one the kernel holds (``10**log10(x)`` is not
+always ``x``) is read as that value. Before the kernel runs (a stored notebook in JupyterLab, where the
+widget front end waits for a kernel), the widget's output shows a static HTML rendering of the same
+defaults, and the table is an HTML table, which wraps inside its cells.
 
 Written for Part I: the cost calculator (chapter 1), the MFU calculator (chapter 4), the scaling
 calculator (chapter 5); other chapters build their own with :class:`Calculator`.
@@ -35,8 +39,9 @@ __all__ = ["Param", "Calculator", "widgets_available", "cost_calculator", "mfu_c
 class Param:
     """One input: a slider between ``min`` and ``max`` (log scale when ``log``), or a choice of ``options``.
 
-    ``step`` (in the exponent for a log slider) applies only when ``value`` lies on the step grid from
-    ``min``; otherwise the slider is continuous, so that it starts exactly on ``value``. ``readout`` is the
+    ``step`` (in the exponent for a log slider; 0.01 by default) applies to a linear slider only when
+    ``value`` lies on the step grid from ``min``, otherwise the slider is continuous, so that it starts
+    exactly on ``value``; a log slider's grid is laid through ``value`` (:meth:`log_grid`). ``readout`` is the
     slider's number format (d3-format, as ipywidgets uses); by default trimmed significant digits — four,
     or five for ranges past 10⁴ (``989.5``, ``0.4``, ``15600``, ``4.8e+10``) — with no separators or
     SI prefixes, so that a learner can edit the readout.
@@ -104,6 +109,14 @@ class Param:
         offset = (math.log10(self.value) - math.log10(self.min)) if self.log else (self.value - self.min)
         k = offset / step
         return step if abs(k - round(k)) <= 1e-6 else (1 if self.integer else None)
+
+    def log_grid(self) -> tuple[float, float, float]:
+        """(min, max, step) exponents of a log slider: a grid of ``step`` from a min moved up from
+        ``log10(min)`` by less than one step so that it passes through ``log10(value)`` — a browser then
+        keeps the value, and each arrow key moves it by ``step`` (×10^step). Chapter 1."""
+        step = self.step if self.step is not None else 0.01
+        lo, v = math.log10(self.min), math.log10(self.value)
+        return v - math.floor((v - lo) / step + 1e-9) * step, math.log10(self.max), step
 
     def same_value(self, a, b) -> bool:
         """True when ``a`` and ``b`` differ by no more than a browser's rounding of one slider value."""
@@ -228,8 +241,8 @@ class Calculator:
                 return w.IntSlider(value=int(p.value), min=int(p.min), max=int(p.max), step=p.slider_step(),
                                    **common)
             if p.log:
-                return w.FloatLogSlider(value=p.value, min=math.log10(p.min), max=math.log10(p.max),
-                                        step=p.slider_step(), **common)
+                lo, hi, step = p.log_grid()
+                return w.FloatLogSlider(value=p.value, min=lo, max=hi, step=step, **common)
             return w.FloatSlider(value=p.value, min=p.min, max=p.max, step=p.slider_step(), **common)
         except TraitError:
             raise ValueError(f"Param {p.name}: readout {p.readout_format()!r} is not a number format that "
@@ -268,10 +281,24 @@ class Calculator:
         update()
         return box
 
+    def static_html(self) -> str:
+        """The widget as HTML at its defaults — title, every input, the result line — for a page whose widget
+        front end is not running yet (what a stored notebook shows before its kernel runs)."""
+        from html import escape
+
+        values, shown = self.defaults, self.formatted(self.compute())
+        rows = "".join(f"<tr><td style='text-align:left'>{escape(p.label)}</td><td style='text-align:right'>"
+                       f"{escape(_fmt(values[p.name]))}</td></tr>" for p in self.params)
+        result = "<br>".join(f"<b>{escape(k)}</b>: {escape(v)}" for k, v in shown.items())
+        return (f"<div><b>{escape(self.title)}</b> <i>(at its defaults: the sliders appear when this cell "
+                f"runs)</i><table>{rows}</table>{result}</div>")
+
     def show(self, mode: str = "auto") -> str:
-        """Display sliders (when widgets can run) and print the static table; returns the mode used.
+        """Display sliders (when widgets can run) and the static table; returns the mode used.
 
         ``mode``: "auto" (widgets when available), "widget" (force; errors without ipywidgets) or "static".
+        The widget's output also carries :meth:`static_html` (and :meth:`text` as its plain text), which a
+        page shows while no widget front end runs; the table is displayed as HTML and as text.
         """
         if mode not in ("auto", "widget", "static"):
             raise ValueError(f"mode must be 'auto', 'widget' or 'static', got {mode!r}")
@@ -279,11 +306,27 @@ class Calculator:
         if mode == "widget" or (mode == "auto" and widgets_available()):
             from IPython.display import display
 
-            display(self.widget())
+            bundle = dict(self.widget()._repr_mimebundle_())
+            bundle.update({"text/plain": self.text(), "text/html": self.static_html()})
+            display(bundle, raw=True)
             used = "widget"
         print(f"{self.title} — static table (the same maths as the sliders):")
-        print(self.formatted_table().to_string())
+        t = self.formatted_table()
+        if _in_ipython():          # HTML wraps inside its cells; the text stays whole for a text-only viewer
+            from IPython.display import display
+
+            display({"text/html": t.to_html(), "text/plain": t.to_string()}, raw=True)
+        else:
+            print(t.to_string())
         return used
+
+
+def _in_ipython() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
 
 
 # --------------------------------------------------------------------------- chapter calculators

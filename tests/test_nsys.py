@@ -90,6 +90,23 @@ def test_analysis_finds_the_host_sync_idle_gaps(tmp_path):
     assert row["gpu_span_ms"] > row["cpu_ms"]          # the CPU launches faster than the GPU runs
 
 
+def test_steady_step_hides_host_work_until_it_outlasts_the_gpu_step(tmp_path):
+    """Without the sync the CPU loads batch n+1 while the GPU runs step n: the steady step stays at the GPU's
+    step until the host's data time is longer; window / steps also counts the first batch's load (issue #22)."""
+    def an(data_ms, sync):
+        db = nsys.synthesize_report(tmp_path / f"{data_ms}_{sync}.sqlite", steps=4, data_ms=data_ms,
+                                    host_sync=sync, pinned=not sync)
+        return nsys.analyze(nsys.read_sqlite(db))
+
+    gpu = an(0.0, False).step_ms
+    assert an(4.0, False).step_ms == pytest.approx(gpu, rel=0.02)
+    assert an(8.0, False).step_ms == pytest.approx(gpu, rel=0.02)
+    assert an(8.0, False).window_ms / 4 > gpu + 1.5          # the first batch's 8 ms, spread over 4 steps
+    assert an(24.0, False).step_ms > 24.0 > gpu              # longer than the GPU's step: the host bounds it
+    assert an(8.0, True).step_ms == pytest.approx(an(0.0, True).step_ms + 8.0, rel=0.05)   # sync: all exposed
+    assert "steady step" in an(4.0, False).summary()
+
+
 def test_kernel_class_names():
     assert nsys.kernel_class("ncclDevKernel_AllReduce_Sum_bf16_RING_LL") == "nccl"
     assert nsys.kernel_class("void flash_fwd_kernel<cutlass::bfloat16_t>") == "attention"

@@ -141,7 +141,8 @@ def test_sliders_start_on_their_value_and_read_out_sensibly():
     pytest.importorskip("ipywidgets")
     box = CHAPTER_CASES["ch01 cost"]().widget()
     peak, mfu, devices = box.controls["peak_tflops"], box.controls["mfu"], box.controls["n_devices"]
-    assert peak.step is None and peak.value == pytest.approx(989.5, rel=1e-12)   # off the grid: continuous
+    assert peak.step == 0.01 and peak.value == pytest.approx(989.5, rel=1e-12)   # a log grid through 989.5
+    assert _browser_echo(peak) == pytest.approx(989.5, rel=1e-12)
     assert peak.readout_format == ".4" and format(989.5, ".4g") == "989.5"       # d3 ".4": 989.5, not 1.00e+3
     assert mfu.step == 0.01 and _browser_echo(mfu) == pytest.approx(0.4, abs=1e-12)  # on the grid: stepped
     assert devices.readout_format == "d" and devices.step == 1
@@ -175,3 +176,59 @@ def test_formats_and_readouts_are_checked():
     bad = widgets.Calculator(lambda x: {"y": x}, [widgets.Param("x", "x", 0.5, readout=".3~g")], title="t")
     with pytest.raises(ValueError, match=r"Param x: readout '\.3~g' is not a number format"):
         bad.widget()
+
+
+def _key_presses_to_min(c) -> int:
+    """Left-arrow presses a browser needs to take slider ``c`` from its value to its minimum (noUiSlider
+    moves the handle by ``step``; with no step, by 10 % of the range)."""
+    log = hasattr(c, "base")
+    x = math.log(c.value) / math.log(c.base) if log else c.value
+    step = c.step if c.step is not None else (c.max - c.min) / 10
+    return math.ceil((x - c.min) / step - 1e-9)
+
+
+@pytest.mark.parametrize("case", sorted(CHAPTER_CASES))
+def test_log_sliders_have_a_keyboard_step_of_a_few_percent(case):
+    """Issue #27: an off-grid log slider had no step, so each arrow key moved it by 10 % of its range —
+    from tokens/s = 2,209 to the minimum in 8 presses. Now every log slider steps by 0.01 decade (×1.023)."""
+    pytest.importorskip("ipywidgets")
+    calc = CHAPTER_CASES[case]()
+    box = calc.widget()
+    for p in calc.params:
+        if not p.log:
+            continue
+        c = box.controls[p.name]
+        assert c.step == 0.01 and 10 ** c.step - 1 < 0.025
+        assert p.min <= c.base ** c.min < p.min * 10 ** c.step and c.max == pytest.approx(math.log10(p.max))
+        assert _browser_echo(c) == pytest.approx(p.value, rel=1e-12)       # the grid passes through the value
+        assert _key_presses_to_min(c) >= 100 * (math.log10(p.value / p.min) - 0.01)
+
+
+def test_the_issue_case_takes_hundreds_of_presses_not_eight():
+    pytest.importorskip("ipywidgets")
+    box = widgets.mfu_calculator(tokens_per_s=2209.0, flops_per_token=5.7e6, n_devices=1, peak_tflops=0.17).widget()
+    c = box.controls["tokens_per_s"]
+    assert _key_presses_to_min(c) == 634                    # log10(2209 / 1e-3) = 6.34 decades / 0.01
+    c.value = c.base ** (math.log10(2209.0) - c.step)      # one left-arrow press
+    assert box.inputs["tokens_per_s"] == pytest.approx(2209.0 / 10 ** 0.01, rel=1e-9)
+
+
+def test_show_stores_a_static_rendering_with_the_widget(monkeypatch):
+    """Issue #27: before the kernel runs, JupyterLab has no widget renderer and showed the widget's text/plain
+    (`VBox(children=(HTML(...`). The widget output now carries a static HTML rendering and readable text."""
+    pytest.importorskip("ipywidgets")
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append((obj, raw)))
+    monkeypatch.setattr(widgets, "_in_ipython", lambda: True)
+    calc = CHAPTER_CASES["ch04 mfu"]()
+    assert calc.show(mode="widget") == "widget"
+    (bundle, raw), (table, raw_t) = shown
+    assert raw and raw_t
+    assert "application/vnd.jupyter.widget-view+json" in bundle and "VBox" not in bundle["text/plain"]
+    assert bundle["text/plain"] == calc.text()
+    html = bundle["text/html"]
+    assert "MFU / HFU calculator" in html and all(p.label in html for p in calc.params)
+    assert all(f"<b>{k}</b>: {v}" in html for k, v in calc.formatted(calc.compute()).items())
+    assert "<table" in table["text/html"] and table["text/plain"] == calc.formatted_table().to_string()

@@ -49,7 +49,10 @@ class NsysAnalysis:
     kernel start − launch call start (a few µs: the GPU waits on the CPU, launch-bound; milliseconds:
     the CPU runs ahead and the GPU has a queue of work, as it should); ``nccl_overlap``: share of NCCL kernel time with a compute kernel
     running on another stream; ``nvtx_gpu``: per NVTX range, CPU time vs the GPU time of the kernels
-    it launched (the GPU projection nsys draws under each range).
+    it launched (the GPU projection nsys draws under each range); ``step_ms``: the steady step — the
+    median time between the GPU ends of consecutive NVTX ``step N`` ranges (their last kernel), NaN with
+    fewer than two. ``window_ms`` / steps is not the step: it also holds the time before the first
+    kernel (the first batch's load, which nothing can hide) and the last step's tail.
     """
 
     window_ms: float
@@ -61,13 +64,15 @@ class NsysAnalysis:
     nccl_overlap: float
     nvtx_gpu: pd.DataFrame
     streams: list[int]
+    step_ms: float = float("nan")
 
     def summary(self) -> str:
         idle = self.gaps["gap_ms"].sum() if len(self.gaps) else 0.0
         cause = (self.gaps.groupby("cpu_call")["gap_ms"].sum().sort_values(ascending=False)
                  if len(self.gaps) else pd.Series(dtype=float))
         lines = [f"window {self.window_ms:.2f} ms, GPU busy {self.gpu_busy_ms:.2f} ms "
-                 f"({100 * self.gpu_busy_share:.1f}%), streams {self.streams}",
+                 f"({100 * self.gpu_busy_share:.1f}%), streams {self.streams}"
+                 + (f", steady step {self.step_ms:.2f} ms" if self.step_ms == self.step_ms else ""),
                  f"idle gaps >= threshold: {len(self.gaps)} totalling {idle:.2f} ms"]
         for call, ms in cause.head(3).items():
             lines.append(f"  during {call}: {ms:.2f} ms")
@@ -113,7 +118,12 @@ def analyze(tl: NsysTimeline, *, min_gap_us: float = 50.0) -> NsysAnalysis:
     nccl_ns = iv.total(nccl_iv)
     hidden = iv.intersect_total(nccl_iv, comp_iv) / nccl_ns if nccl_ns else 0.0
     # NVTX ranges projected onto the GPU: kernels whose launch call lies inside the range
-    proj = []
+    proj, step_ends = [], []
+    for r in tl.nvtx[tl.nvtx["text"].str.fullmatch(r"step \d+")].sort_values("start").itertuples():
+        inside = j[(j["tid"] == r.tid) & (j["start_api"] >= r.start) & (j["start_api"] < r.end)]
+        if len(inside):
+            step_ends.append(float(inside["end"].max()))
+    step_ms = float(np.median(np.diff(step_ends)) / 1e6) if len(step_ends) >= 2 else float("nan")
     for text, grp in tl.nvtx.groupby("text", sort=False):
         cpu_ms, gpu_ms, lag = 0.0, 0.0, []
         for r in grp.itertuples():
@@ -126,7 +136,8 @@ def analyze(tl: NsysTimeline, *, min_gap_us: float = 50.0) -> NsysAnalysis:
                      "gpu_end_after_cpu_ms": float(np.median(lag)) if lag else float("nan")})
     return NsysAnalysis(window_ms=(t1 - t0) / 1e6, gpu_busy_ms=busy_ns / 1e6, gpu_busy_share=busy_ns / (t1 - t0),
                         by_class=by, gaps=gaps, launch_to_start_us=lat, nccl_overlap=hidden,
-                        nvtx_gpu=pd.DataFrame(proj), streams=sorted(int(s) for s in k["stream"].unique()))
+                        nvtx_gpu=pd.DataFrame(proj), streams=sorted(int(s) for s in k["stream"].unique()),
+                        step_ms=step_ms)
 
 
 def _union(*frames: pd.DataFrame) -> iv.Intervals:

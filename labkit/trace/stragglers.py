@@ -5,6 +5,15 @@ node, a noisy neighbour, an unbalanced shard); a rank that is last only now and 
 test below tells the two apart (one-sided binomial test), and the time each rank spends in a collective
 before the last peer arrives is reported as ``peer_wait_s`` — waiting, not moving bytes.
 
+Being last most often is not enough: the rank must also be late by a margin of the step
+(``late_of_step`` = mean lateness / median step time, at least :data:`LATE_MARGIN` of the trace's kind).
+On a CPU trace the ranks are processes time-sliced on a few shared cores: a healthy 2-rank run on a
+loaded 2-core machine has put one rank last at 5 or 6 of 6 collectives, but by at most 8 % of a step
+(four runs of chapter 8's DDP job, and the shipped ``cpu_gloo_ddp_tiny`` trace: 7 %), while an
+injected straggler (``TrainConfig(inject="straggler")``, the default ``inject_share``) is late by 36–57 %
+of its step — so CPU traces need 15 %. On a GPU trace each rank owns its device and 2 % will do: the
+real 2-of-128 HTA trace's slow rank is late by 6 % of its step.
+
 Used by :func:`labkit.trace.analysis.analyze`. Taught in chapter 9 (stragglers) and chapter 14.
 """
 from __future__ import annotations
@@ -13,7 +22,10 @@ import numpy as np
 
 from labkit.units import US
 
-__all__ = ["stragglers", "binom_tail"]
+__all__ = ["stragglers", "binom_tail", "LATE_MARGIN"]
+
+#: the least mean lateness, as a share of the median step time, that makes a straggler (see above)
+LATE_MARGIN = {"cpu": 0.15, "gpu": 0.02}
 
 
 def binom_tail(n: int, k: int, p: float) -> float:
@@ -32,8 +44,8 @@ def stragglers(colls):
     """
     import pandas as pd
 
-    cols = ["rank", "n_collectives", "times_last", "mean_late_s", "median_compute_before_s", "straggler",
-            "peer_wait_s"]
+    cols = ["rank", "n_collectives", "times_last", "mean_late_s", "late_of_step", "median_compute_before_s",
+            "straggler", "peer_wait_s"]
     if len(colls) < 2:
         return pd.DataFrame(columns=cols), pd.DataFrame()
     ranks = sorted(colls)
@@ -54,17 +66,23 @@ def stragglers(colls):
     # time each rank sits in a collective before the last peer arrives (at most the collective's own
     # duration): waiting for a late peer, not moving bytes
     peer_wait = np.minimum(late.max(axis=0) - late, dur)
+    # the step a lateness is measured against: the median host span of a step over ranks and steps
+    step_us = float(np.median([w[4] - w[3] for r in ranks for w in colls[r][1]]))
+    kind = "gpu" if any(getattr(colls[r][0], "kind", "cpu") == "gpu" for r in ranks) else "cpu"
     rows = []
     for i, r in enumerate(ranks):
         times_last = int(((last == i) & (late.max(axis=0) > 0)).sum())
         mean_late = float(late[i].mean()) * US
+        late_of_step = float(late[i].mean()) / step_us if step_us > 0 else 0.0
         # a straggler: last at most collectives — more often than chance would make it (one-sided
         # binomial test at 10 %, each of `world` ranks last with probability 1/world: with 2 ranks,
-        # 4 of 4 or 5 of 6) — and late by more than 10 % of a typical collective. With 2 ranks and 3
-        # collectives one of them is always "last at most": that alone is noise, not a straggler.
+        # 4 of 4 or 5 of 6) — late by more than 10 % of a typical collective, and by LATE_MARGIN of a
+        # step. With 2 ranks and 3 collectives one of them is always "last at most": that alone is
+        # noise, not a straggler; so is a rank a time slice behind on a loaded CPU.
         strag = (times_last > n / 2 and binom_tail(n, times_last, 1 / len(ranks)) < 0.10
-                 and mean_late > 0.1 * float(np.median(dur)) * US)
+                 and mean_late > 0.1 * float(np.median(dur)) * US and late_of_step >= LATE_MARGIN[kind])
         rows.append({"rank": r, "n_collectives": n, "times_last": times_last, "mean_late_s": mean_late,
+                     "late_of_step": late_of_step,
                      "median_compute_before_s": float(np.median(comp_before[i])), "straggler": bool(strag),
                      "peer_wait_s": float(peer_wait[i].sum()) * US})
     aligned = pd.DataFrame({"n": np.arange(n), "type": [colls[ranks[0]][2][k]["type"] for k in range(n)],
