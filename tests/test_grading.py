@@ -233,13 +233,14 @@ def test_cli_release_and_bad_lab(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_mini_lab_instructor_full_marks_learner_zero(tmp_path, capsys):
+def test_mini_lab_instructor_full_marks_learner_zero(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)          # --out relative, as labs/README shows it (the executors run elsewhere)
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "teacher.ipynb").write_bytes((MINI / "mini_lab.ipynb").read_bytes())
     release(MINI, tmp_path / "rel")
     (subs / "learner.ipynb").write_bytes((tmp_path / "rel" / "mini_lab" / "mini_lab.ipynb").read_bytes())
-    rc = cli(["grade", str(MINI), str(subs), "--out", str(tmp_path / "out"), "--workers", "2",
+    rc = cli(["grade", str(MINI), str(subs), "--out", "out", "--workers", "2",
               "--cell-timeout", "60", "--timeout", "120", "--no-progress"])
     assert rc == 0
     with open(tmp_path / "out" / "gradebook.csv") as f:

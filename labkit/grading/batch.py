@@ -364,7 +364,7 @@ def grade(lab, submissions, out, config: GradeConfig | None = None) -> GradeResu
     """Grade every submission of ``lab`` into ``out`` (see the module docstring); never stops on a submission."""
     cfg = config or GradeConfig()
     parsed = lab if isinstance(lab, Lab) else load_lab(lab)
-    out = Path(out)
+    out = Path(out).absolute()   # the executors run in each student's work folder: a relative path would miss
     if out.exists() and not out.is_dir():   # checked first: a bad --out is named before any submission
         raise NotADirectoryError(f"--out {out} is a file; give a folder for the gradebook and feedback")
     roster = Roster.load(cfg.roster) if cfg.roster else None
