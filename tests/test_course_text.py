@@ -24,6 +24,7 @@ NOTEBOOKS = sorted(p for d in ("chapters", "labs") for p in (ROOT / d).rglob("*.
 
 # ------------------------------------------------------------------------------------ (a) required ⚠
 P1, P2 = "chapters/part1_cognition/", "chapters/part2_diagnosis/"
+P3 = "chapters/part3_tuning/"
 #: (chapter, a phrase of the box, a URL the box cites)
 REQUIRED_WARNINGS = [
     (P1 + "ch02_five_bottlenecks.ipynb", "means two things: job scheduling and host scheduling",
@@ -42,6 +43,8 @@ REQUIRED_WARNINGS = [
      "https://docs.nvidia.com/cuda/profiler-users-guide/index.html"),
     (P2 + "ch14_systematic_diagnosis.ipynb", "KPIs are not `labkit.diagnose`'s thresholds",
      "https://docs.nvidia.com/deploy/nvidia-smi/index.html"),
+    (P3 + "ch15_microbatch_accumulation.ipynb", "\"Case A is strictly better than case B\" overstates it",
+     "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"),
 ]
 
 

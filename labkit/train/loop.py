@@ -8,7 +8,7 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
     for each of `accum` micro-batches:           # gradient accumulation (chapter 15)
         data      next(loader) → device
         forward   (bf16 autocast if dtype="bf16") loss / accum
-        backward  loss.backward()  — DDP/FSDP gradient sync only on the last micro-batch
+        backward  loss.backward()  — DDP/FSDP gradient sync only on the last micro-batch (no_sync)
     comm          only with inject="comm": the padded all-reduce
     optimizer     AdamW step, zero_grad
     (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase

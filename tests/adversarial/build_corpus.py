@@ -153,7 +153,30 @@ def real_lab_corpus() -> dict:
                                 "record.tokens_per_s *= 1.1  # a better number, typed in\n"
                                 "record.mfu *= 1.1\nrecord.save(baseline_path)")
     nbf.validate(nb)
-    return {"lab01_inflated": nb}
+    return {"lab01_inflated": nb, "lab03_forged": _lab03_forged()}
+
+
+def _lab03_forged():
+    """lab03 with one sweep record's throughput raised by 10 % before the ratios are taken: the answer agrees
+    with the (forged) records, so only q1's consistency check (tokens/s against the step times) catches it."""
+    import nbformat as nbf
+
+    from labkit.grading import load_lab
+
+    nb = copy.deepcopy(load_lab("lab03_batch_accum").notebook())
+    nb.metadata.pop("papermill", None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        cell.metadata.pop("papermill", None)
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    c = nb.cells[index(nb, "q1")]
+    assert "smallest = min(records)" in c.source
+    c.source = c.source.replace("smallest = min(records)",
+                                "records[max(records)].tokens_per_s *= 1.1  # a better number, typed in\n"
+                                "smallest = min(records)")
+    nbf.validate(nb)
+    return nb
 
 
 def main() -> int:
