@@ -202,12 +202,16 @@ def test_accumulation_sync_options_count_collectives_and_keep_the_curve(tmp_path
         assert rec.tokens_per_step == 8 * 64 and rec.n_devices == 2
 
 
-def test_accumulation_options_are_checked():
+def test_accumulation_options_are_checked(capsys):
     with pytest.raises(ValueError, match="reshard_after_backward.*parallel='fsdp'"):
         TrainConfig(parallel="ddp", reshard_after_backward=False)
     with pytest.raises(ValueError, match="TrainConfig.no_sync must be True or False"):
         TrainConfig(no_sync="yes")
     assert TrainConfig(parallel="fsdp", reshard_after_backward=False).memory_strategy == "fsdp_full"
+    from labkit.cli import main  # labkit run's flags reach the same checks
+
+    assert main(["run", "--parallel", "single", "--steps", "2", "--warmup-steps", "1", "--keep-gathered"]) == 2
+    assert "reshard_after_backward=False is not valid" in capsys.readouterr().err
 
 
 def test_gradient_parity_and_where_it_breaks():
