@@ -26,6 +26,8 @@ MOVED = {
     "nsys_live": "nsys.live",
     "nsys_synth": "nsys.synthetic",
     "memory_measure": "memory.measure",
+    "perf_validate_fit": "perf_validate.fit",      # moved in 0.2.x: perf_validate became a package
+    "perf_validate_runs": "perf_validate.runs",
 }
 
 

@@ -15,7 +15,9 @@ from labkit import checks
 
 __all__ = ["ATTENTIONS", "GPTConfig", "SIZES", "gpt_config"]
 
-ATTENTIONS = ("sdpa", "naive")
+# chapter 16: "naive" materialises the scores; "sdpa" lets PyTorch choose a backend; the rest force one
+# through torch.nn.attention.sdpa_kernel (labkit.attention: on a CPU only "flash" and "math" run)
+ATTENTIONS = ("sdpa", "naive", "flash", "math", "efficient", "cudnn")
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class GPTConfig:
     vocab_size: int
     seq_len: int
     d_ff: int | None = None          # MLP width; None → 4·d_model
-    attention: str = "sdpa"          # "sdpa" | "naive"
+    attention: str = "sdpa"          # one of ATTENTIONS (labkit.attention)
     checkpoint: bool = False         # activation checkpointing of every block (recompute in backward)
     dropout: float = 0.0
 

@@ -7,8 +7,9 @@ outside by :mod:`labkit.train`, exactly as a learner would to their own model. A
 model.py). Biases are kept (GPT-2); :meth:`GPTConfig.shape` gives the matching
 :class:`labkit.flops.ModelShape`, so FLOPs and MFU are computed from the same numbers the model uses.
 
-Attention comes in two flavours for chapter 16: ``"naive"`` (explicit QKᵀ, mask, softmax, ·V — the
-T×T score matrix is materialised) and ``"sdpa"`` (``F.scaled_dot_product_attention``, fused kernels).
+Attention (chapter 16) is :func:`labkit.attention.attend`: ``"naive"`` (explicit QKᵀ, mask, softmax, ·V —
+the T×T score matrix is materialised), ``"sdpa"`` (``F.scaled_dot_product_attention``, PyTorch picks the
+backend) or one backend forced (``"flash"``, ``"math"``, ``"efficient"``, ``"cudnn"``).
 
 Taught in chapter 3 (the model whose FLOPs we count) and chapter 16 (attention kernels, recomputation).
 """
@@ -21,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
+from labkit.attention import attend
 from labkit.model_config import ATTENTIONS, SIZES, GPTConfig, gpt_config  # noqa: F401 - re-exported
 
 
@@ -38,15 +40,9 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
-        if self.attention == "sdpa":
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                               dropout_p=self.dropout if self.training else 0.0)
-        else:
-            # Vaswani et al. 2017, eq. 1: softmax(QKᵀ/√d_k)·V, with the causal mask applied to the scores
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-            y = self.drop(att) @ v
+        # labkit.attention: naive (Vaswani et al. 2017, eq. 1, the T×T scores materialised), sdpa, or one
+        # SDPA backend forced through torch.nn.attention.sdpa_kernel
+        y = attend(q, k, v, self.attention, causal=True, dropout_p=self.dropout, training=self.training)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.drop(self.proj(y))
 

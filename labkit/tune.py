@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from labkit.memory.estimate import activation_bytes, comm_buffer_bytes, model_state_bytes
+from labkit.memory.estimate import ATTENTION_STORES, activation_bytes, comm_buffer_bytes, model_state_bytes
 from labkit.perf.steptime import data_parallel_comm_s
 from labkit.tune_accum import ab_micro_batch, accumulation_collectives, collectives_per_step  # noqa: F401
 
@@ -272,7 +272,7 @@ def predicted_bytes(cfg, micro_batch: int, nprocs: int = 1) -> float:
     precision = "bf16_autocast" if bf16 else "fp32"
     states = model_state_bytes(n, strategy=strategy, n_ranks=nprocs, precision=precision).model_states
     acts = activation_bytes(mcfg, micro_batch, recompute="full" if cfg.checkpoint else "none",
-                            dtype_bytes=2 if bf16 else 4, flash_attention=cfg.attention == "sdpa",
+                            dtype_bytes=2 if bf16 else 4, flash_attention=ATTENTION_STORES[cfg.attention] == "lse",
                             include_head=True)
     unit = n // (mcfg.n_layers + 1)
     bufs = 0 if parallel == "single" else comm_buffer_bytes(

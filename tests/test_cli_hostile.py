@@ -56,6 +56,8 @@ def _good_samples(tmp_path: Path) -> Path:
 NOT_JSON = {"json-array", "json-object"}
 INPUTS = {
     "comm parse": (".txt", lambda p, t: ["comm", "parse", str(p)], set()),
+    # pasted settings are free text: '[]' and '{"x": 1}' set no variable (nothing to refuse)
+    "comm env": (".txt", lambda p, t: ["comm", "env", str(p)], NOT_JSON),
     "trace analyze": (".json", lambda p, t: ["trace", "analyze", str(p)], set()),
     "trace hta": (".json", lambda p, t: ["trace", "hta", str(p)], set()),
     "diagnose --record": (".json", lambda p, t: ["diagnose", "--record", str(p)], set()),
@@ -269,7 +271,7 @@ def _path_arguments():
     return set(walk(build_parser()))
 
 
-COVERED = {("comm parse", "FILE"), ("trace analyze", "PATH"), ("trace hta", "PATH"),
+COVERED = {("comm parse", "FILE"), ("comm env", "FILE"), ("trace analyze", "PATH"), ("trace hta", "PATH"),
            ("diagnose", "--record"), ("diagnose", "--trace"), ("regress save", "--samples"),
            ("regress check", "--samples"), ("regress save", "--store"), ("regress check", "--store"),
            ("release", "LAB"), ("grade", "LAB"), ("launch", "TARGET"),

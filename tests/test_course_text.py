@@ -23,8 +23,7 @@ NOTEBOOKS = sorted(p for d in ("chapters", "labs") for p in (ROOT / d).rglob("*.
                    if ".ipynb_checkpoints" not in p.parts)
 
 # ------------------------------------------------------------------------------------ (a) required ⚠
-P1, P2 = "chapters/part1_cognition/", "chapters/part2_diagnosis/"
-P3 = "chapters/part3_tuning/"
+P1, P2, P3 = "chapters/part1_cognition/", "chapters/part2_diagnosis/", "chapters/part3_tuning/"
 #: (chapter, a phrase of the box, a URL the box cites)
 REQUIRED_WARNINGS = [
     (P1 + "ch02_five_bottlenecks.ipynb", "means two things: job scheduling and host scheduling",
@@ -45,6 +44,10 @@ REQUIRED_WARNINGS = [
      "https://docs.nvidia.com/deploy/nvidia-smi/index.html"),
     (P3 + "ch15_microbatch_accumulation.ipynb", "\"Case A is strictly better than case B\" overstates it",
      "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"),
+    (P3 + "ch23_communication_optimization.ipynb", "`NCCL_SOCKET_IFNAME=efa` stops bootstrap, `NCCL_ALGO=Tree` stops FSDP",
+     "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"),
+    (P3 + "ch23_communication_optimization.ipynb", "aws-ofi-nccl says of `RDMAV_FORK_SAFE`: do not use",
+     "https://github.com/aws/aws-ofi-nccl/blob/master/doc/efa-env-var.md"),
 ]
 
 

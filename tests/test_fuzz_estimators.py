@@ -104,6 +104,7 @@ BAD["optflag"] = [b for b in BAD["flag"] if b[0] != "None"]
 BAD["optpos"] = [b for b in BAD["pos"] if b[0] != "None"]
 BAD["optnonneg"] = [b for b in BAD["nonneg"] if b[0] != "None"]
 BAD["optobj"] = [b for b in BAD["obj"] if b[0] != "None"]
+BAD["optchoice"] = [b for b in BAD["choice"] if b[0] != "None"]
 
 
 def _numpy_twins(kind: str, value) -> list:
@@ -295,9 +296,20 @@ def _specs() -> list[Spec]:
              dict(n_params="numels", n_ranks="count")),
         Spec("memory.activation_bytes", me.activation_bytes,
              dict(shape=SHAPE, micro_batch=4, recompute="none", tp=2, sequence_parallel=True, seq_len=None,
-                  dtype_bytes=2, flash_attention=False, include_head=True),
+                  dtype_bytes=2, flash_attention=False, include_head=True, attention=None, dropout=None, mask_bytes=1),
              dict(SHAPE_KINDS, micro_batch="count", recompute="choice", tp="count", sequence_parallel="flag",
-                  seq_len="optcount", dtype_bytes="count", flash_attention="flag", include_head="flag")),
+                  seq_len="optcount", dtype_bytes="count", flash_attention="flag", include_head="flag",
+                  attention="optchoice", dropout="optflag", mask_bytes="count")),
+        Spec("memory.activation_bytes(attention)", me.activation_bytes,
+             dict(shape=SHAPE, micro_batch=2, tp=2, dtype_bytes=4, include_head=True, attention="naive", dropout=True,
+                  mask_bytes=4),
+             dict(micro_batch="count", tp="count", dtype_bytes="count", include_head="flag", attention="optchoice",
+                  dropout="optflag", mask_bytes="count")),
+        Spec("memory.attention_saved_bytes", me.attention_saved_bytes,
+             dict(attention="naive", batch=2, heads=4, seq_len=64, head_dim=8, dtype_bytes=2, dropout=True,
+                  causal=True, output=True, mask_bytes=1),
+             dict(attention="choice", batch="count", heads="count", seq_len="count", head_dim="count",
+                  dtype_bytes="count", dropout="flag", causal="flag", output="flag", mask_bytes="count")),
         Spec("memory.activation_bytes(GPTConfig)", me.activation_bytes,
              dict(shape=labkit.model_config.gpt_config("tiny"), micro_batch=2, seq_len=48),
              dict(micro_batch="count", seq_len="optcount")),

@@ -83,8 +83,8 @@ def test_counted_flops_match_the_formula_for_naive_attention():
 def test_bad_configs():
     with pytest.raises(ValueError, match="divisible"):
         GPTConfig(n_layers=1, d_model=100, n_heads=3, vocab_size=10, seq_len=8)
-    with pytest.raises(ValueError, match="attention='flash'"):
-        gpt_config("tiny", attention="flash")
+    with pytest.raises(ValueError, match="attention='fast'"):
+        gpt_config("tiny", attention="fast")
     with pytest.raises(ValueError, match="model size 'huge'"):
         gpt_config("huge")
     with pytest.raises(ValueError, match="unknown field"):

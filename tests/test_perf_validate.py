@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from labkit import flops
-from labkit import perf_validate as pv
 from labkit.comm.models import AlphaBeta
 from labkit.perf import steptime
-from labkit.perf_validate_fit import fit_unit_cycle, fsdp_cycle_s, fsdp_unit_bytes
+from labkit.perf_validate import cells as pv
+from labkit.perf_validate.fit import fit_unit_cycle, fsdp_cycle_s, fsdp_unit_bytes
 from labkit.train import TrainConfig
 
 P = 1_000_000          # parameters (a count: no meta model needed)
@@ -127,7 +127,7 @@ def test_fit_gloo_links_fits_each_collective_to_its_own_sweep(monkeypatch):
 
     from labkit import comm
     from labkit.comm.models import ring_time
-    from labkit.perf_validate_fit import fit_gloo_links
+    from labkit.perf_validate.fit import fit_gloo_links
 
     truth = {"all_reduce": (2e-4, 1e-9), "all_gather": (4e-4, 3e-9), "reduce_scatter": (9e-4, 5e-9)}
     calls = []
@@ -376,8 +376,8 @@ def test_unit_cycle_calibration_launches_only_the_synthetic_module(monkeypatch):
     a GPT; the cost per unit is n-rank − 1-rank time at each size."""
     import torch
 
-    from labkit import perf_validate_fit as fit
     from labkit.launcher import parent
+    from labkit.perf_validate import fit
 
     launches = []
 

@@ -5,6 +5,7 @@ Examples::
     labkit comm bench --ops all_reduce all_gather --nprocs 2 --min-bytes 1K --max-bytes 4M --fit
     labkit comm parse all_reduce_perf.log          # auto-detects nccl-tests / NCCL_DEBUG=INFO / topo -m
     labkit comm model --op all_reduce --size 1.3G --nranks 4 --bw-gbs 22 --alpha-us 5
+    labkit comm env job.sh                         # what each NCCL_/FI_/RDMAV_ variable really does
 
 Taught in chapter 11 (communication diagnostics) and chapter 23.
 """
@@ -63,6 +64,16 @@ def register(subparsers) -> None:
     m.add_argument("--inter-bw-gbs", type=float, help="two-level model: inter-node bandwidth per rank, GB/s")
     m.add_argument("--inter-alpha-us", type=float, default=20.0)
     m.set_defaults(func=run_model)
+    e = sub.add_parser("env", help="what each NCCL / EFA environment variable of a job really does",
+                       description="Check a job's NCCL, libfabric (EFA), aws-ofi-nccl and rdma-core variables: "
+                                   "exists or not, who reads it, default, Debugging-only, a verdict and its source "
+                                   "(chapter 23). Exit 1 when a variable is harmful or has no effect.")
+    src = e.add_mutually_exclusive_group()
+    src.add_argument("file", nargs="?", help="pasted settings (export X=Y, mpirun -x X=Y, an NCCL INFO log; "
+                                             "'-' for stdin); default: this shell's environment")
+    src.add_argument("--template", action="store_true", help="check the course source's NCCL/EFA template")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=run_env)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -148,3 +159,23 @@ def run_model(args) -> int:
         print(f"  {name:<18} {t * 1e3:10.3f} ms   algbw {comm.algbw(args.op, size, t) / 1e9:8.2f} GB/s   "
               f"busbw {comm.busbw(args.op, size, t, args.nranks) / 1e9:8.2f} GB/s")
     return 0
+
+
+def run_env(args) -> int:
+    from labkit.comm.env import check_env, report
+
+    if args.template:
+        findings = check_env(template=True)
+    elif args.file:
+        from labkit.cli._io import naming, read_text
+
+        text = read_text(args.file, "settings file")
+        with naming("stdin" if args.file == "-" else args.file, "settings file"):
+            findings = check_env(text)
+    else:
+        findings = check_env()
+    if args.json:
+        print(json.dumps([f.to_dict() for f in findings], indent=2))
+    else:
+        print(report(findings))
+    return 1 if any(f.verdict in ("harmful", "no effect") for f in findings) else 0

@@ -4,8 +4,14 @@ Examples::
 
     labkit memory --params 7.5e9 --ranks 64 --strategy all          # ZeRO paper Figure 1
     labkit memory --model llama3-8b --ranks 8 --strategy fsdp_full --micro-batch 1 --recompute selective
+    labkit memory --model llama3-8b --strategy fsdp --ranks 8 --micro-batch 1 --seq-len 8192 --attention flash
 
-Taught in chapter 13 (memory anatomy), chapter 20 (FSDP / ZeRO) and chapter 21 (checkpointing).
+Without ``--attention`` the activations are Korthikanti et al. 2022's published accounting (16-bit,
+dropout masks, the s×s scores stored); ``--attention`` names the implementation that runs (chapter 16) and
+counts what it keeps: the scores for naive/math, none for a fused kernel (sdpa, flash, efficient, cudnn).
+
+Taught in chapter 13 (memory anatomy), chapter 16 (attention kernels), chapter 20 (FSDP / ZeRO) and
+chapter 21 (checkpointing).
 """
 from __future__ import annotations
 
@@ -29,6 +35,10 @@ def register(subparsers) -> None:
     p.add_argument("--seq-len", type=int)
     p.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
     p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--attention", choices=["naive", "math", "sdpa", "flash", "efficient", "cudnn"],
+                   help="the attention that runs: naive/math store the s x s scores, fused kernels do not "
+                        "(default: Korthikanti's published accounting, scores stored)")
+    p.add_argument("--dropout", action="store_true", help="with --attention: count dropout masks")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -57,15 +67,19 @@ def compute(args) -> list[dict]:
     if args.micro_batch and shape is None:
         raise ValueError("--micro-batch needs --model (activations depend on the shape)")
     strategies = list(M.STRATEGIES) if args.strategy == "all" else [args.strategy]
+    attention = getattr(args, "attention", None)
+    extra = {} if attention is None else {"attention": attention, "dropout": bool(getattr(args, "dropout", False)),
+                                          "dtype_bytes": 4 if args.precision == "fp32" else 2}
     acts = (M.activation_bytes(shape, args.micro_batch, recompute=args.recompute, tp=args.tp,
-                               sequence_parallel=args.tp > 1) if args.micro_batch else 0)
+                               sequence_parallel=args.tp > 1, **extra) if args.micro_batch else 0)
     rows = []
     for s in strategies:
         b = M.model_state_bytes(n, strategy=s, n_ranks=args.ranks, precision=args.precision,
                                 optimizer=args.optimizer, shard_size=args.shard_size)
         rows.append({"strategy": b.strategy, "n_params": n, "ranks": args.ranks, "params": b.params,
                      "grads": b.grads, "optimizer": b.optimizer, "model_states": b.model_states,
-                     "activations": acts, "total": b.model_states + acts})
+                     "activations": acts, "attention": attention or "korthikanti (scores stored)",
+                     "total": b.model_states + acts})
     return rows
 
 
@@ -85,5 +99,6 @@ def run(args) -> int:
         print(f"{r['strategy']:<15}{r['params'] / GB:>10.2f}{r['grads'] / GB:>10.2f}{r['optimizer'] / GB:>10.2f}"
               f"{r['model_states'] / GB:>11.2f}{r['model_states'] / GiB:>12.2f}{r['activations'] / GiB:>12.2f}"
               f"{r['total'] / GiB:>11.2f}")
-    print("(params/grads/optim columns in GB; activations from Korthikanti et al. 2022 when --micro-batch is given)")
+    print("(params/grads/optim columns in GB; activations from Korthikanti et al. 2022 when --micro-batch is given; "
+          f"attention: {r0['attention']})")
     return 0

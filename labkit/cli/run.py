@@ -13,7 +13,7 @@ import os
 
 
 def register(subparsers) -> None:
-    from labkit.model_config import SIZES
+    from labkit.model_config import ATTENTIONS, SIZES
     from labkit.train import DTYPES, PARALLEL
 
     p = subparsers.add_parser(
@@ -37,7 +37,8 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", default="fp32", choices=DTYPES)
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing per block")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--attention", default="sdpa", choices=("sdpa", "naive"))
+    p.add_argument("--attention", default="sdpa", choices=ATTENTIONS,
+                   help="naive, sdpa (PyTorch picks), or a forced SDPA backend (chapter 16; CPU: flash, math)")
     p.add_argument("--num-workers", type=int, default=0)
     p.add_argument("--profile-dir", default=None, help="write torch.profiler chrome traces here")
     p.add_argument("--peak-flops", type=float, default=None, help="per-device peak FLOP/s (default: resolved)")

@@ -26,6 +26,10 @@ The code lives in small files; this package is the public face::
   (not for use), and ``run_ring``, which runs it on gloo ranks against ``dist.all_reduce`` with a log of
   every step (``labkit.viz.ring_allreduce`` draws it).
 - :mod:`labkit.comm.synthetic` — seeded SYNTHETIC nccl-tests tables and NCCL logs.
+- :mod:`labkit.comm.compression` — ``hook_bytes`` / ``hook_elements``: what DDP's fp16 / bf16 / PowerSGD hooks
+  all-reduce per step (pure; chapter 23).
+- :mod:`labkit.comm.env` — ``check_env``: what each NCCL / EFA environment variable of a job really does
+  (exists, who reads it, default, Debugging-only, verdict, documentation), ``SOURCE_TEMPLATE`` (chapter 23).
 
 ``comm.parse`` is the auto-detecting *function*; the module of that name is ``labkit.comm_parse`` (or
 ``from labkit.comm.parse import ...``).
@@ -43,6 +47,8 @@ from labkit.comm.bench import (
     default_sizes,
     results_to_table,
 )
+from labkit.comm.compression import hook_bytes, hook_elements, param_shapes
+from labkit.comm.env import SOURCE_TEMPLATE, EnvFinding, check_env
 from labkit.comm.models import (
     ALL_OPS,
     DTYPE_BYTES,
@@ -74,5 +80,6 @@ __all__ = [
     "NcclTestsResult", "RingDemo", "ring_all_reduce", "run_ring", "TOPO_LEGEND", "Topology", "algbw", "bench_rank", "benchmark", "bus_factor", "busbw",
     "canonical_op", "default_sizes", "detect_format", "fabric", "fit_alpha_beta", "hierarchical_time", "parse",
     "parse_nccl_debug", "parse_nccl_tests", "parse_topology", "results_to_table", "ring_steps", "ring_time",
-    "strip_prefix", "synthetic_nccl_debug", "synthetic_nccl_tests", "synthetic_topology", "tree_time",
+    "strip_prefix", "synthetic_nccl_debug", "SOURCE_TEMPLATE", "EnvFinding", "check_env",
+    "hook_bytes", "hook_elements", "param_shapes", "synthetic_nccl_tests", "synthetic_topology", "tree_time",
 ]

@@ -9,7 +9,8 @@
   with ``torch.profiler``'s memory events;
 - ``measure.py`` — predicted vs measured per rank on real ranks of the reference trainer.
 
-Taught in chapter 13 (memory anatomy), chapter 20 (FSDP / ZeRO) and chapter 21 (checkpointing).
+Taught in chapter 13 (memory anatomy), chapter 16 (attention kernels), chapter 20 (FSDP / ZeRO) and chapter 21
+(checkpointing).
 """
 from labkit.memory.deepspeed import (
     DeepSpeedEstimate,
@@ -20,6 +21,7 @@ from labkit.memory.deepspeed import (
     deepspeed_zero3_estimate,
 )
 from labkit.memory.estimate import (
+    ATTENTION_STORES,
     GB,
     OPTIMIZERS,
     PRECISIONS,
@@ -27,6 +29,7 @@ from labkit.memory.estimate import (
     GiB,
     MemoryBreakdown,
     activation_bytes,
+    attention_saved_bytes,
     canonical_strategy,
     comm_buffer_bytes,
     ddp_bucket_sizes,
@@ -38,7 +41,7 @@ from labkit.memory.tensors import measure_activation_bytes, measure_model_state
 from labkit.memory.timeline import StepMemory, StepMemoryRecorder, memory_samples
 
 __all__ = ["GB", "GiB", "STRATEGIES", "PRECISIONS", "OPTIMIZERS", "MemoryBreakdown", "fmt_bytes", "canonical_strategy",
-           "model_state_bytes", "activation_bytes", "ddp_bucket_sizes", "comm_buffer_bytes",
+           "model_state_bytes", "activation_bytes", "attention_saved_bytes", "ATTENTION_STORES", "ddp_bucket_sizes", "comm_buffer_bytes",
            "DeepSpeedRow", "DeepSpeedEstimate", "deepspeed_zero2_estimate", "deepspeed_zero3_estimate",
            "deepspeed_params", "compare_with_labkit",
            "measure_model_state", "measure_activation_bytes", "predict_vs_measure", "probe_model_state",

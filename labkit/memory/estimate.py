@@ -31,7 +31,10 @@ Models", §4, eq. 1–2 and Table 2), bytes per layer with 16-bit activations: `
 (s sequence, b micro-batch, h hidden, a heads); with tensor parallel t and sequence parallel
 ``sbh(34/t + 5as/(ht))``; selective recomputation (recompute the attention core) ``34·sbh/t``; full
 recomputation keeps only each layer's input, ``2sbh``. The 34 assumes an MLP width of 4h; the general
-count is ``sb(18h + 4·d_ff)``.
+count is ``sb(18h + 4·d_ff)``. The 5as²b is the materialised score matrix: softmax output 2as²b, its dropout
+mask as²b, the dropout output 2as²b (§4.1); a fused kernel (FlashAttention, Dao et al. 2022) stores none of
+it, only a·s·b fp32 log-sum-exp values. Naming the ``attention`` implementation that runs switches to an
+itemised count of the bytes each saved tensor has (:func:`attention_saved_bytes`; chapter 16).
 
 Units: :func:`fmt_bytes` prints GiB (2^30) or GB (1e9) and says which.
 """
@@ -45,7 +48,8 @@ from labkit import checks
 from labkit.units import GB, GIB, KB, KIB, MB, MIB
 
 __all__ = ["GiB", "STRATEGIES", "PRECISIONS", "OPTIMIZERS", "fmt_bytes", "canonical_strategy", "MemoryBreakdown",
-           "model_state_bytes", "activation_bytes", "ddp_bucket_sizes", "comm_buffer_bytes"]
+           "model_state_bytes", "activation_bytes", "attention_saved_bytes", "ATTENTION_STORES",
+           "ddp_bucket_sizes", "comm_buffer_bytes"]
 
 GiB = GIB   # the spelling chapter 13 prints
 
@@ -208,9 +212,44 @@ def model_state_bytes(n_params, *, strategy: str = "ddp", n_ranks: int = 1, prec
                                    "shard_group": group, "optimizer": optimizer})
 
 
+# what the attention core keeps for backward, by implementation (labkit.attention's names)
+ATTENTION_STORES = {"naive": "scores", "math": "scores", "sdpa": "lse", "flash": "lse", "efficient": "lse",
+                    "cudnn": "lse"}
+
+
+def attention_saved_bytes(attention: str, *, batch: int, heads: int, seq_len: int, head_dim: int = 1,
+                          dtype_bytes: int = 2, dropout: bool = False, causal: bool = True,
+                          output: bool = False, mask_bytes: int = 1) -> int:
+    """Bytes one attention core saves for backward beyond Q, K and V, by implementation.
+
+    Scores materialised ("naive", "math"): the softmax output ``B·a·s²·b`` (B = ``dtype_bytes``), with
+    ``dropout`` its mask ``mask_bytes·a·s²·b`` and the dropped copy ``B·a·s²·b`` — Korthikanti et al. 2022's
+    5as²b at B = 2 with CUDA's 1-byte masks (PyTorch's CPU dropout keeps a scaled noise tensor of the input's
+    dtype instead, aten/src/ATen/native/Dropout.cpp: ``mask_bytes = B`` there); labkit's "naive" also keeps its ``s×s`` boolean causal mask (s² bytes; MATH does not).
+    Fused ("sdpa" — a fused kernel wherever one applies — "flash", "efficient", "cudnn"): no s×s tensor;
+    the softmax log-sum-exp, ``4·a·s·b`` (fp32; Dao et al. 2022, Algorithm 2), and with ``output`` the
+    kernel's output O (``B·b·a·s·d``; in labkit's GPT it is the output projection's input, counted there).
+    Not counted: MATH's scaled copies of Q and K (up to ``2·B·b·a·s·d``) where the explicit version's matmuls
+    take views (micro-batch 1). On a CPU "sdpa" with dropout runs MATH (the flash kernel has no dropout).
+    Taught in chapter 16 (attention kernels).
+    """
+    checks.one_of("attention", attention, ATTENTION_STORES)
+    b, a, s, d = (checks.count(n, x) for n, x in (("batch", batch), ("heads", heads), ("seq_len", seq_len),
+                                                  ("head_dim", head_dim)))
+    B = checks.count("dtype_bytes", dtype_bytes)
+    mb = checks.count("mask_bytes", mask_bytes)
+    dropout, causal, output = (checks.flag(n, x) for n, x in (("dropout", dropout), ("causal", causal),
+                                                              ("output", output)))
+    if ATTENTION_STORES[attention] == "scores":
+        n = B * a * s * s * b + ((mb + B) * a * s * s * b if dropout else 0)
+        return n + (s * s if attention == "naive" and causal else 0)
+    return 4 * a * s * b + (B * b * a * s * d if output else 0)
+
+
 def activation_bytes(shape, micro_batch: int, *, recompute: str = "none", tp: int = 1,
                      sequence_parallel: bool = False, seq_len: int | None = None, dtype_bytes: int = 2,
-                     flash_attention: bool = False, include_head: bool = False) -> int:
+                     flash_attention: bool = False, include_head: bool = False, attention: str | None = None,
+                     dropout: bool | None = None, mask_bytes: int = 1) -> int:
     """Activation bytes kept for backward, whole model, one micro-batch (Korthikanti et al. 2022 §4).
 
     ``shape``: anything with ``n_layers, d_model, n_heads, seq_len`` (and optionally ``d_ff``,
@@ -220,7 +259,15 @@ def activation_bytes(shape, micro_batch: int, *, recompute: str = "none", tp: in
     With tp > 1 the sbh terms divide by t only with ``sequence_parallel`` (else 10sbh stay replicated,
     eq. 2). ``flash_attention`` never stores the s×s scores (as selective). ``dtype_bytes`` rescales
     from the paper's 16-bit activations. ``include_head`` adds the output layer 4sbh + 4sbv (§4.3).
-    Taught in chapter 13 (memory anatomy) and chapter 21 (activation checkpointing).
+
+    ``attention`` (an implementation of :mod:`labkit.attention`: "naive", "math", "sdpa", "flash",
+    "efficient", "cudnn") counts what that implementation really keeps, itemised per saved tensor at
+    B = ``dtype_bytes``: per layer ``sb(8B·h + 2B·d_ff)`` (inputs of both layer norms, of the QKV, output and
+    MLP projections, Q/K/V, the GELU's input) + ``2sbh`` dropout masks of ``mask_bytes`` each when ``dropout``
+    (1 on CUDA, B on a CPU) + :func:`attention_saved_bytes`; the head's logits enter the loss in fp32 (4sbv),
+    and the embedding's dropout mask is counted with the head. ``dropout`` defaults to
+    the shape's (a GPTConfig's ``dropout > 0``), else True. At B = 2 with dropout and scores stored this is
+    the paper's count. Taught in chapter 13 (memory anatomy), chapter 16 (attention kernels) and chapter 21.
     """
     for name in ("n_layers", "d_model", "n_heads", "seq_len"):
         if not hasattr(shape, name):
@@ -239,6 +286,16 @@ def activation_bytes(shape, micro_batch: int, *, recompute: str = "none", tp: in
     dtype_bytes = checks.count("dtype_bytes", dtype_bytes)
     d_ff = getattr(shape, "d_ff", None)
     ff = 4 * h if d_ff is None else checks.count("shape.d_ff", d_ff)
+    mask_bytes = checks.count("mask_bytes", mask_bytes)
+    dropout = None if dropout is None else checks.flag("dropout", dropout)
+    if attention is not None:
+        checks.one_of("attention", attention, ATTENTION_STORES)
+        if flash_attention:
+            raise ValueError(f"flash_attention=True and attention={attention!r}: name the attention only")
+        if dropout is None:
+            dropout = bool(getattr(shape, "dropout", 0.1) > 0)
+        return _itemised(L, h, a, ff, s, b, t, sequence_parallel, recompute, dtype_bytes, attention,
+                         dropout, include_head, getattr(shape, "vocab_size", None), mask_bytes)
     sbh_terms = 18 * h + 4 * ff            # = 34h when ff = 4h (Korthikanti eq. 1)
     s, b = float(s), float(b)               # float arithmetic: huge sizes overflow to inf, refused below
     if recompute == "full":
@@ -257,6 +314,27 @@ def activation_bytes(shape, micro_batch: int, *, recompute: str = "none", tp: in
         total += 4 * s * b * h / t + 4 * s * b * v / t
     total = checks.finite_result("activation bytes", total * dtype_bytes / 2, micro_batch=micro_batch,
                                  seq_len=seq_len, dtype_bytes=dtype_bytes)
+    return int(round(total))
+
+
+def _itemised(L, h, a, ff, s, b, t, sp, recompute, B, attention, dropout, include_head, vocab, mb) -> int:
+    """:func:`activation_bytes` for a named attention implementation (each saved tensor at its own size)."""
+    masks = 2 * h * mb if dropout else 0                  # attention-output and MLP-output dropout masks
+    if recompute == "full":
+        per_layer = B * s * b * h / (t if sp else 1)
+    else:
+        every = s * b * (8 * B * h + 2 * B * ff + masks)
+        unsplit = s * b * (4 * B * h + masks)             # eq. 2: layer-norm inputs, masks, QKV/fc inputs
+        lin = every / t if (t == 1 or sp) else unsplit + (every - unsplit) / t
+        core = 0 if recompute == "selective" else attention_saved_bytes(
+            attention, batch=int(b), heads=a, seq_len=int(s), dtype_bytes=B, dropout=dropout, mask_bytes=mb)
+        per_layer = lin + core / t
+    total = L * per_layer
+    if include_head:
+        v = 0 if vocab is None else checks.count("shape.vocab_size", vocab)
+        total += (2 * B * s * b * h + 4 * s * b * v) / t  # final norm and head inputs; fp32 logits of the loss
+        total += s * b * h * mb if dropout else 0          # the embedding's dropout mask
+    total = checks.finite_result("activation bytes", total, micro_batch=int(b), seq_len=int(s), dtype_bytes=B)
     return int(round(total))
 
 

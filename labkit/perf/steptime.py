@@ -137,7 +137,7 @@ def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta, *,
     reduce-scatter as an all-reduce of its full input — gloo has no native reduce-scatter and runs it
     that way (PLATFORM_NOTES), so use True for CPU ranks. ``op_links``: {"all_gather": α–β,
     "reduce_scatter": α–β} fitted to sweeps of those collectives themselves
-    (:func:`labkit.perf_validate_fit.fit_gloo_links`): FSDP's all-gathers and reduce-scatters are then priced
+    (:func:`labkit.perf_validate.fit.fit_gloo_links`): FSDP's all-gathers and reduce-scatters are then priced
     with their own fit (each as its ring formula; the reduce-scatter fit already holds how the backend runs
     it, so ``reduce_scatter_as_all_reduce`` no longer applies to it); ops missing from it use ``alpha_beta``.
     Taught in chapter 19 and chapter 20.

@@ -6,7 +6,8 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
 - **batch**: ``micro_batch`` sequences per rank per micro-batch × ``accum`` micro-batches per step ×
   ranks = the global batch, in sequences of ``seq_len`` tokens (chapter 15);
 - **parallelism** (applied from outside the model by :mod:`labkit.train.parallel`): ``"single"``,
-  ``"ddp"`` (``bucket_cap_mb``), ``"fsdp"`` = FSDP2 ``fully_shard`` (``reshard_after_forward``,
+  ``"ddp"`` (``bucket_cap_mb``; ``comm_hook`` = ``"fp16"`` / ``"bf16"`` compression or ``"powersgd"`` with
+  ``powersgd_rank`` and ``powersgd_start_iter``, chapter 23), ``"fsdp"`` = FSDP2 ``fully_shard`` (``reshard_after_forward``,
   explicit ``prefetch`` depth, ``mp_policy``), ``"fsdp1"`` = ``FullyShardedDataParallel``
   (``sharding_strategy``, ``limit_all_gathers``, ``backward_prefetch``, ``forward_prefetch``,
   ``mp_policy``); ``checkpoint`` (activation recomputation per block), ``compile``;
@@ -39,6 +40,7 @@ from labkit import checks
 
 PARALLEL = ("single", "ddp", "fsdp", "fsdp1")
 DTYPES = ("fp32", "bf16")
+COMM_HOOKS = (None, "fp16", "bf16", "powersgd")                            # DDP communication hooks
 INJECTIONS = ("none", "data", "compute", "comm", "memory", "host", "straggler")
 SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSDP1
 BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
@@ -57,6 +59,9 @@ class TrainConfig:
     dtype: str = "fp32"                 # "fp32" | "bf16" (autocast; never fp16 on CPU)
     parallel: str = "single"            # "single" | "ddp" | "fsdp" (FSDP2) | "fsdp1"
     bucket_cap_mb: float = 25.0         # DDP
+    comm_hook: str | None = None        # DDP: None | "fp16" | "bf16" (CUDA + NCCL only) | "powersgd"
+    powersgd_rank: int = 1              # DDP PowerSGD: matrix approximation rank
+    powersgd_start_iter: int = 2        # DDP PowerSGD: plain all-reduce before this iteration (torch needs > 1)
     reshard_after_forward: bool = True  # FSDP2
     prefetch: int = 0                   # FSDP2 explicit prefetch depth (0 = implicit only)
     mp_policy: str | None = None        # FSDP2/FSDP1: None | "bf16" (bf16 params, fp32 reduction)
@@ -66,7 +71,7 @@ class TrainConfig:
     forward_prefetch: bool = False                    # FSDP1
     checkpoint: bool = False            # activation checkpointing per block
     compile: bool = False               # torch.compile
-    attention: str = "sdpa"             # "sdpa" | "naive"
+    attention: str = "sdpa"             # labkit.attention: sdpa, naive, or a forced backend (flash, math, ...)
     lr: float = 3e-4
     seed: int = 0
     num_workers: int = 0
@@ -107,6 +112,12 @@ class TrainConfig:
             bad("mp_policy", "choose None or 'bf16'")
         if self.mp_policy and self.parallel not in ("fsdp", "fsdp1"):
             bad("mp_policy", "a mixed-precision policy applies to parallel='fsdp' or 'fsdp1' only")
+        if self.comm_hook not in COMM_HOOKS:
+            bad("comm_hook", f"choose one of {COMM_HOOKS}")
+        if self.comm_hook and self.parallel != "ddp":
+            bad("comm_hook", "a communication hook applies to parallel='ddp' only (FSDP has mp_policy's reduce dtype)")
+        checks.count("TrainConfig.powersgd_rank", self.powersgd_rank)
+        checks.count("TrainConfig.powersgd_start_iter", self.powersgd_start_iter, at_least=2)
         if self.sharding_strategy not in SHARDING:
             bad("sharding_strategy", f"choose one of {SHARDING}")
         if self.backward_prefetch not in BACKWARD_PREFETCH:

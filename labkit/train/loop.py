@@ -222,4 +222,8 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
                           wall_s=wall, rank=rank, trace_files=trace_files, facts=facts)
     if probe is not None:
         record.extra["probe"] = probed
+    hook_state = getattr(getattr(model, "_orig_mod", model), "labkit_comm_hook_state", None)
+    if hook_state is not None:   # PowerSGD's own count of the gradient elements it was given and all-reduced
+        record.extra["powersgd_numel"] = {"before": int(hook_state.total_numel_before_compression),
+                                          "after": int(hook_state.total_numel_after_compression)}
     return record

@@ -7,7 +7,8 @@ compile). Order matters and follows the PyTorch docs:
 1. activation checkpointing of every transformer block (``checkpoint_wrapper``, non-reentrant) —
    before DDP / FSDP2 wrap the blocks; for FSDP1 after wrapping (``apply_activation_checkpointing``);
 2. ``"ddp"``: ``DistributedDataParallel(bucket_cap_mb=…)``
-   (https://pytorch.org/docs/stable/notes/ddp.html);
+   (https://pytorch.org/docs/stable/notes/ddp.html), with an optional communication hook (chapter 23:
+   fp16 / bf16 compression, PowerSGD; https://pytorch.org/docs/stable/ddp_comm_hooks.html);
    ``"fsdp"``: FSDP2 ``fully_shard`` per block and on the root over ``init_device_mesh(device, (world,))``,
    with ``reshard_after_forward``, an optional ``MixedPrecisionPolicy(bf16 params, fp32 reduce)`` and
    explicit prefetching ``prefetch`` blocks ahead
@@ -42,6 +43,26 @@ def _checkpoint_blocks(model) -> None:
 
     for i, block in enumerate(model.blocks):
         model.blocks[i] = checkpoint_wrapper(block)
+
+
+def comm_hook(ddp, cfg, device):
+    """Register ``cfg.comm_hook`` on a DDP model: ``"fp16"`` / ``"bf16"`` cast each bucket before the
+    all-reduce and back after (torch's ``default_hooks``); ``"powersgd"`` all-reduces two rank-r factors P, Q
+    of each large gradient matrix instead of the matrix, with error feedback (Vogels et al. 2019,
+    torch's ``powerSGD_hook``); returns the hook's state (None for the casts). Taught in chapter 23."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    if cfg.comm_hook == "bf16" and device.type != "cuda":
+        raise ValueError("comm_hook='bf16' needs CUDA and NCCL: torch's bf16_compress_hook refuses a CPU-only "
+                         "build; use 'fp16' on gloo")
+    if cfg.comm_hook in ("fp16", "bf16"):
+        ddp.register_comm_hook(None, getattr(default_hooks, f"{cfg.comm_hook}_compress_hook"))
+        return None
+    state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=cfg.powersgd_rank,
+                               start_powerSGD_iter=cfg.powersgd_start_iter)
+    ddp.register_comm_hook(state, psgd.powerSGD_hook)
+    return state
 
 
 def _fsdp2(model, cfg, device, n: int):
@@ -97,6 +118,8 @@ def parallelize(model, cfg, device):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         model = DDP(model, device_ids=[device] if device.type == "cuda" else None, bucket_cap_mb=cfg.bucket_cap_mb)
+        if cfg.comm_hook:
+            model.labkit_comm_hook_state = comm_hook(model, cfg, device)   # PowerSGD's counters, read by the loop
     elif cfg.parallel == "fsdp":
         model = _fsdp2(model, cfg, device, n)
     elif cfg.parallel == "fsdp1":

@@ -153,7 +153,7 @@ def real_lab_corpus() -> dict:
                                 "record.tokens_per_s *= 1.1  # a better number, typed in\n"
                                 "record.mfu *= 1.1\nrecord.save(baseline_path)")
     nbf.validate(nb)
-    return {"lab01_inflated": nb, "lab03_forged": _lab03_forged()}
+    return {"lab01_inflated": nb, "lab03_forged": _lab03_forged(), "lab04_forged": _lab04_forged()}
 
 
 def _lab03_forged():
@@ -175,6 +175,31 @@ def _lab03_forged():
     c.source = c.source.replace("smallest = min(records)",
                                 "records[max(records)].tokens_per_s *= 1.1  # a better number, typed in\n"
                                 "smallest = min(records)")
+    nbf.validate(nb)
+    return nb
+
+
+def _lab04_forged():
+    """lab04 with the fused kernel's saved bytes halved in the recorded sweep (a better memory ratio, typed
+    in): q1's consistency check re-derives the bytes from the shapes and must catch it; q1's answer, q2 and q3
+    still follow from the (forged) rows and the later runs, so they keep their points."""
+    import nbformat as nbf
+
+    from labkit.grading import load_lab
+
+    nb = copy.deepcopy(load_lab("lab04_attention").notebook())
+    nb.metadata.pop("papermill", None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        cell.metadata.pop("papermill", None)
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    c = nb.cells[index(nb, "q1")]
+    assert 'rows = sw.to_dict("records")' in c.source
+    c.source = c.source.replace('rows = sw.to_dict("records")',
+                                'rows = sw.to_dict("records")\n'
+                                'for r in rows:  # a better number, typed in\n'
+                                '    r["saved_bytes"] //= 2 if r["attention"] == "sdpa" else 1')
     nbf.validate(nb)
     return nb
 

@@ -1,64 +1,9 @@
-"""Validate the performance model against live gloo runs on this machine (issue #15).
+"""The cells of :mod:`labkit.perf_validate`: each DDP/FSDP2 step on N CPU ranks predicted by
+:mod:`labkit.perf.steptime` from calibration runs (:func:`calibrate`), and compared with live runs
+(:func:`validate`). The package's docstring says what is measured, how, and what is assumed.
 
-`labkit.perf` predicts a step from a compute rate per rank and an α–β link. For a GPU cluster
-both come from catalogues (a datasheet peak × an assumed achievable fraction; NVLink and InfiniBand
-line rates). Here every input is *measured* on the machine the CPU ranks run on, by calibration runs
-that are never the runs being predicted (:func:`calibrate`):
-
-- **compute at this concurrency**: the achieved hardware FLOP/s a synchronous step keeps (:func:`labkit.perf_validate_runs.pace`: the
-  slowest rank's while each has a core, else the harmonic mean) while N ranks train the same
-  model independently, with no communication (``parallel="single"``, one thread each) — the "achievable
-  rate at N ranks", as one measures a GPU's achievable rate instead of assuming it. It holds what
-  sharing the machine costs (cores when ranks exceed them, memory bandwidth, caches); 1 rank alone gives
-  the rate of the 1-rank cells. :func:`labkit.perf.steptime.concurrency_slowdown` is the ratio.
-- **the wrapper's own work**: a 1-rank DDP and a 1-rank FSDP2 run against the 1-rank plain run of the
-  same model give seconds per wrapped unit (DDP bucket, FSDP2 unit) and micro-batch
-  (:func:`labkit.perf.steptime.unit_overhead_s`): FSDP2's gathers, frees, copies and hooks that a plain
-  compute rate does not hold.
-- **communication**: α and β of the ring model fitted to a live gloo sweep on N ranks of each collective
-  the wrappers issue — all-reduce (DDP), all-gather and reduce-scatter (FSDP2's ``all_gather_single`` /
-  ``reduce_scatter_single``; gloo runs them slower per call than its all-reduce) — from each size's p10
-  (the collective undisturbed, as ``benchmarks/bench_alpha_beta.py``); one fit per op and rank count
-  (:mod:`labkit.perf_validate_fit`), so 4 ranks on 2 cores are fitted as they run.
-- **FSDP2's unit cycle at N ranks** (gathers, copies, waits, reduce-scatter; more than the bare collectives):
-  :func:`fsdp_unit_cycle`, a synthetic Linear stack on N ranks − 1 rank, a + b·bytes per unit; it *replaces*
-  the FSDP2 α–β seconds above (it contains the collectives), which are printed, not added.
-
-The step of DDP or FSDP2 on N ranks is then (:func:`predict_step`, from :mod:`labkit.perf.steptime`)::
-
-    compute  = compute_time(tokens, hardware FLOPs/token, the pace of N ranks computing)
-    comm     = data_parallel_comm_s(cfg, model, units, N, α–β per collective type)      (DDP)
-             = micro-batches × Σ_units (a + b·unit bytes), the calibrated unit cycle       (FSDP2)
-    wrapper  = per-unit seconds × units × micro-batches × concurrency slowdown (CPU work on shared cores)
-    step     = compute + comm + wrapper
-
-Assumptions, printed with every table:
-
-- **no overlap**: a rank's gloo thread needs a core too; with every core computing, communication does
-  not hide under the backward pass (PLATFORM_NOTES: overlap gains are invisible on 2 cores);
-- the wrapper's per-unit cost measured on 1 rank holds on N ranks, slowed as compute is; FSDP2's extra cost
-  per unit on N ranks is that of a synthetic unit of the same bytes (a GPT block's hooks add none);
-- the 1-rank plain run's optimizer step, data loading and Python overheads count as compute;
-- the 1-rank DDP and FSDP2 cells repeat a calibration configuration (a separate run): they check
-  repeatability, not the model; the 2- and 4-rank cells are the model's test.
-- given a 1-rank rate, ranks × threads beyond the cores slow compute by their ratio (:func:`oversubscription`).
-
-Why not :func:`labkit.perf.predict`: its Cluster is a catalogued GPU and its DP term one all-reduce of all
-gradients; :func:`~labkit.perf.steptime.data_parallel_comm_s` prices the collectives a TrainConfig issues
-(exact DDP buckets, FSDP units, gloo's reduce-scatter), without stretching the cluster type.
-
-Every launch runs its configurations interleaved, ``repeats`` times, and keeps each one's median run
-(:mod:`labkit.perf_validate_runs`): this machine's speed drifts over seconds, and one short run per
-configuration lets a slow moment land on one side of a comparison only. For the same reason each rank
-count's links and unit cycle are calibrated just before its cells are measured, and :func:`validate` takes
-the compute rate at N ranks in the *same launch* as the N-rank cells, right after them (the ranks leave
-the process group and train plain): the same 1-rank run came out at 32–36 GFLOP/s in six launches a
-minute apart on this kind of VM, and a rate measured in other processes carries such a difference into the
-prediction.
-
-Layer 3 (ARCHITECTURE.md): it launches ranks and measures; the prediction is labkit.perf's (and the unit
-cycle's, :mod:`labkit.perf_validate_fit`). Taught in chapter 5 (scaling), chapter 19 (DDP), chapter 20 (FSDP)
-and chapter 24 (choosing a layout: how far to trust a model's numbers). Run ``benchmarks/bench_perf_model.py`` for the whole table.
+Taught in chapter 5 (scaling), chapter 19 (DDP), chapter 20 (FSDP) and chapter 24 (how far to trust a
+model's numbers).
 """
 from __future__ import annotations
 
@@ -67,10 +12,10 @@ import os
 from dataclasses import dataclass, field
 
 from labkit import checks
-from labkit import perf_validate_fit as _fit
 from labkit.perf import steptime
-from labkit.perf_validate_fit import fit_gloo_link, fit_gloo_links, fsdp_unit_cycle
-from labkit.perf_validate_runs import (
+from labkit.perf_validate import fit as _fit
+from labkit.perf_validate.fit import fit_gloo_link, fit_gloo_links, fsdp_unit_cycle
+from labkit.perf_validate.runs import (
     compute_rate,
     measure_compute_rate,
     measure_concurrent_rates,
@@ -375,9 +320,9 @@ def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *,
     measurement over the rounds; ``meas_spread`` (largest ÷ smallest measured median − 1) is the machine's
     own run-to-run noise on that cell, the floor under any error the table can show. Within a round every
     launch runs its configurations ``repeats`` times interleaved and keeps each one's median run
-    (:mod:`labkit.perf_validate_runs`); the 1-rank calibration and the 1-rank cells share one launch, and
+    (:mod:`labkit.perf_validate.runs`); the 1-rank calibration and the 1-rank cells share one launch, and
     each n-rank launch measures the cells and then, in the same processes, the compute rate at n ranks
-    (:func:`labkit.perf_validate_runs.measure_steps_then_rates`); links and unit cycle just before.
+    (:func:`labkit.perf_validate.runs.measure_steps_then_rates`); links and unit cycle just before.
     Taught in chapter 24 (how far to trust a model), chapter 5, chapter 19 and chapter 20.
     """
     import pandas as pd
