@@ -11,7 +11,7 @@ Papers state the *global* batch — Llama 3 (Dubey et al. 2024 §3.4.1) in token
 :func:`accum_steps` does that derivation and refuses a target that does not divide, naming the two
 nearest targets that do. Counts may be written as integral floats (``4e6``); tokens are unpadded.
 
-Taught in chapter 4 (tokens per step, the MFU numerator) and chapter 20 (batch and accumulation).
+Taught in chapter 4 (tokens per step, the MFU numerator) and chapter 15 (micro-batch and accumulation).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ __all__ = ["tokens_per_step", "sequences_per_step", "accum_steps"]
 def sequences_per_step(micro_batch: int, *, n_ranks: int = 1, accum_steps: int = 1) -> int:
     """Global sequences per optimizer step: micro_batch × n_ranks × accum_steps.
 
-    Taught in chapter 20 (batch and accumulation).
+    Taught in chapter 15 (micro-batch and accumulation).
     """
     return (checks.count("micro_batch", micro_batch) * checks.count("n_ranks", n_ranks)
             * checks.count("accum_steps", accum_steps))
@@ -32,7 +32,7 @@ def sequences_per_step(micro_batch: int, *, n_ranks: int = 1, accum_steps: int =
 def tokens_per_step(micro_batch: int, seq_len: int, *, n_ranks: int = 1, accum_steps: int = 1) -> int:
     """Global tokens per optimizer step: micro_batch × seq_len × n_ranks × accum_steps.
 
-    Taught in chapter 4 (MFU) and chapter 20 (batch and accumulation).
+    Taught in chapter 4 (MFU) and chapter 15 (micro-batch and accumulation).
     """
     return (sequences_per_step(micro_batch, n_ranks=n_ranks, accum_steps=accum_steps)
             * checks.count("seq_len", seq_len))
@@ -45,7 +45,7 @@ def accum_steps(micro_batch: int, *, n_ranks: int = 1, seq_len: int | None = Non
     sequences (``global_sequences``) — exactly one of them. ValueError when the target is not a whole
     number of micro-steps (micro_batch × n_ranks sequences each), naming the nearest targets that are.
 
-    Taught in chapter 20 (batch and accumulation).
+    Taught in chapter 15 (micro-batch and accumulation).
     """
     mb, n = checks.count("micro_batch", micro_batch), checks.count("n_ranks", n_ranks)
     if (global_tokens is None) == (global_sequences is None):

@@ -14,7 +14,8 @@ the estimated communication share of a step. The recommendation says *why*, and 
 when the step-time spreads overlap (on 2 CPU cores overlap and prefetch gains are invisible —
 PLATFORM_NOTES — while volumes and memory are real).
 
-Micro-batch × accumulation at a fixed global batch: use a tuple key,
+Accumulation's costs (chapter 15) — collectives per step, case A against case B — are measured by
+:mod:`labkit.tune_accum` (re-exported here). Micro-batch × accumulation at a fixed global batch: use a tuple key,
 ``grid={("micro_batch", "accum"): [(8, 1), (4, 2), (2, 4)]}`` (or :func:`fixed_batch_pairs`).
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pandas as pd
 
 from labkit.memory.estimate import ATTENTION_STORES, activation_bytes, comm_buffer_bytes, model_state_bytes
 from labkit.perf.steptime import data_parallel_comm_s
+from labkit.tune_accum import ab_micro_batch, accumulation_collectives, collectives_per_step  # noqa: F401
 
 estimate_comm_s = data_parallel_comm_s     # the name chapters 19/20 used before labkit.perf
 
@@ -261,9 +263,8 @@ def predicted_bytes(cfg, micro_batch: int, nprocs: int = 1) -> float:
     (Korthikanti et al. 2022; flash attention for ``attention="sdpa"``) + communication buffers.
     Taught in chapter 13 and chapter 15."""
     from labkit import flops
-    from labkit.models import gpt_config
 
-    mcfg = gpt_config(cfg.model)
+    mcfg = cfg.model_config          # the run's seq_len, not only the size's
     shape = mcfg.shape()
     n = flops.n_params(shape)
     parallel, strategy = cfg.parallel, cfg.memory_strategy
@@ -280,41 +281,71 @@ def predicted_bytes(cfg, micro_batch: int, nprocs: int = 1) -> float:
     return states + acts + bufs
 
 
-def _measured_fits(cfg, budget, device):
-    """fits(mb) from exact bytes on this device: model states + saved activations of one forward."""
+def _measured_bytes(cfg, device):
+    """bytes(mb) on this CPU: model states (params, grads, Adam m and v) + saved activations of one forward."""
     import torch
 
     from labkit.memory.tensors import measure_activation_bytes
     from labkit.models import GPT, gpt_config
 
-    mcfg = gpt_config(cfg.model, checkpoint=cfg.checkpoint, attention=cfg.attention)
+    mcfg = gpt_config(cfg.model, seq_len=cfg.seq_len, checkpoint=cfg.checkpoint, attention=cfg.attention)
+    torch.manual_seed(cfg.seed)
     model = GPT(mcfg).to(device)
     states = sum(p.numel() * p.element_size() for p in model.parameters()) * 4  # params, grads, Adam m, v
+    gen = torch.Generator().manual_seed(cfg.seed)
+
+    def nbytes(mb):
+        idx = torch.randint(0, mcfg.vocab_size, (mb, mcfg.seq_len), generator=gen).to(device)
+        return states + measure_activation_bytes(model, idx, idx)
+    return nbytes, model, states
+
+
+def _cuda_fits(cfg, budget, device):
+    """fits(mb) from a real step on CUDA: out-of-memory (or the allocator's peak over budget) means no."""
+    import torch
+
+    nbytes, model, states = _measured_bytes(cfg, device)
+    mcfg = cfg.model_config
+    seen = {}
 
     def fits(mb):
-        if device.type == "cuda":  # thin CUDA branch: a real step, out-of-memory means no
-            try:
-                torch.cuda.reset_peak_memory_stats(device)
-                idx = torch.randint(0, mcfg.vocab_size, (mb, mcfg.seq_len), device=device)
-                model(idx, idx)[1].backward()
-                model.zero_grad(set_to_none=True)
-                return budget is None or torch.cuda.max_memory_allocated(device) + states // 2 <= budget
-            except torch.cuda.OutOfMemoryError:
-                torch.cuda.empty_cache()
-                return False
-        idx = torch.randint(0, mcfg.vocab_size, (mb, mcfg.seq_len), device=device)
-        return states + measure_activation_bytes(model, idx, idx) <= budget
-    return fits
+        try:
+            torch.cuda.reset_peak_memory_stats(device)
+            idx = torch.randint(0, mcfg.vocab_size, (mb, mcfg.seq_len), device=device)
+            model(idx, idx)[1].backward()
+            model.zero_grad(set_to_none=True)
+            seen[mb] = torch.cuda.max_memory_allocated(device) + states // 2
+            return budget is None or seen[mb] <= budget
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            seen[mb] = float("inf")
+            return False
+    return fits, seen
 
 
-def largest_micro_batch(cfg, *, memory_budget_bytes: float | None = None, nprocs: int = 1,
-                        method: str = "model", max_micro_batch: int = 4096) -> int:
-    """Largest micro-batch of ``cfg`` that fits: search doubling, then bisection (:func:`search_largest`).
+@dataclass(frozen=True)
+class MicroBatchSearch:
+    """What :func:`find_micro_batch` found: ``best`` (0 when even 1 does not fit) and every probe in
+    order as (micro_batch, bytes per rank, fits). Taught in chapter 15."""
+
+    best: int
+    method: str
+    budget_bytes: float | None
+    probes: tuple
+
+    def table(self) -> pd.DataFrame:    # the probes in search order (doubling, then bisection)
+        return pd.DataFrame([{"micro_batch": m, "MiB": b / 2**20, "fits": f} for m, b, f in self.probes])
+
+
+def find_micro_batch(cfg, *, memory_budget_bytes: float | None = None, nprocs: int = 1, method: str = "model",
+                     max_micro_batch: int = 4096) -> MicroBatchSearch:
+    """Largest micro-batch of ``cfg`` that fits, with every probe's bytes: search doubling, then bisection
+    (:func:`search_largest`).
 
     method "model": the memory model (:func:`predicted_bytes`) against ``memory_budget_bytes`` — works
     anywhere; "measure": exact bytes (model states + autograd-saved activations, measured) on CPU, or a
     real step on CUDA (out-of-memory = does not fit; ``torch.cuda.max_memory_allocated`` vs the budget).
-    Returns 0 when even micro_batch=1 does not fit. Taught in chapter 15 and chapter 13.
+    Taught in chapter 15 and chapter 13.
     """
     if method not in ("model", "measure"):
         raise ValueError(f"method={method!r} is not valid; choose 'model' or 'measure'")
@@ -326,9 +357,20 @@ def largest_micro_batch(cfg, *, memory_budget_bytes: float | None = None, nprocs
     if memory_budget_bytes is None and not (method == "measure" and device.type == "cuda"):
         raise ValueError("memory_budget_bytes is needed on CPU (there is no out-of-memory to probe); "
                          "pass e.g. memory_budget_bytes=8 * 2**30, or method='measure' on a GPU")
-    if method == "model":
-        fits = lambda mb: predicted_bytes(cfg, mb, nprocs) <= memory_budget_bytes
+    if method == "measure" and device.type == "cuda":
+        fits, seen = _cuda_fits(cfg, memory_budget_bytes, device)
     else:
-        fits = _measured_fits(cfg, memory_budget_bytes, device)
-    best, _ = search_largest(fits, start=1, limit=max_micro_batch)
-    return best
+        nbytes = (lambda mb: predicted_bytes(cfg, mb, nprocs)) if method == "model" else _measured_bytes(cfg, device)[0]
+        seen = {}
+        fits = lambda mb: seen.setdefault(mb, nbytes(mb)) <= memory_budget_bytes  # noqa: E731
+    best, probes = search_largest(fits, start=1, limit=max_micro_batch)
+    return MicroBatchSearch(best, method, memory_budget_bytes, tuple((m, float(seen[m]), ok) for m, ok in probes))
+
+
+def largest_micro_batch(cfg, *, memory_budget_bytes: float | None = None, nprocs: int = 1,
+                        method: str = "model", max_micro_batch: int = 4096) -> int:
+    """Largest micro-batch of ``cfg`` that fits (:func:`find_micro_batch`'s ``best``; 0 when even
+    micro_batch=1 does not fit). Taught in chapter 15 and chapter 13.
+    """
+    return find_micro_batch(cfg, memory_budget_bytes=memory_budget_bytes, nprocs=nprocs, method=method,
+                            max_micro_batch=max_micro_batch).best

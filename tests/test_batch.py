@@ -44,3 +44,11 @@ def test_a_target_that_does_not_divide_names_the_nearest_ones():
         batch.accum_steps(1, global_tokens=64)
     with pytest.raises(ValueError, match="micro_batch"):
         batch.tokens_per_step(2.0, 8)
+
+
+def test_the_sources_case_a_and_case_b():
+    """Chapter 15: 16 sequences × 64 GPUs, no accumulation, and 4 × 64 accumulated 4 times: both 1024 sequences."""
+    assert batch.sequences_per_step(16, n_ranks=64) == batch.sequences_per_step(4, n_ranks=64, accum_steps=4) == 1024
+    assert batch.accum_steps(16, n_ranks=64, global_sequences=1024) == 1
+    assert batch.accum_steps(4, n_ranks=64, global_sequences=1024) == 4
+    assert batch.tokens_per_step(4, 2048, n_ranks=64, accum_steps=4) == 1024 * 2048

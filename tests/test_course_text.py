@@ -42,6 +42,8 @@ REQUIRED_WARNINGS = [
      "https://docs.nvidia.com/cuda/profiler-users-guide/index.html"),
     (P2 + "ch14_systematic_diagnosis.ipynb", "KPIs are not `labkit.diagnose`'s thresholds",
      "https://docs.nvidia.com/deploy/nvidia-smi/index.html"),
+    (P3 + "ch15_microbatch_accumulation.ipynb", "\"Case A is strictly better than case B\" overstates it",
+     "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"),
     (P3 + "ch23_communication_optimization.ipynb", "`NCCL_SOCKET_IFNAME=efa` stops bootstrap, `NCCL_ALGO=Tree` stops FSDP",
      "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"),
     (P3 + "ch23_communication_optimization.ipynb", "aws-ofi-nccl says of `RDMAV_FORK_SAFE`: do not use",

@@ -172,3 +172,67 @@ def test_compiled_model_follows_the_eager_curve(single_curve):
     """torch.compile on/off: same losses (≈ 20 s first compile on 2 cores)."""
     rec = train(BASE.replace(compile=True, steps=2))
     assert rec.loss == pytest.approx(single_curve[:2], rel=1e-5)
+
+
+# ------------------------------------------------------------------ accumulation under DDP / FSDP2 (chapter 15)
+def test_accumulation_sync_options_count_collectives_and_keep_the_curve(tmp_path, single_curve):
+    """On 2 gloo ranks, accumulation 4 through the one loop: DDP all-reduces once per step under no_sync and on every
+    micro-batch without it; FSDP2 all-gathers every unit twice per micro-batch by default, once per step without
+    resharding (reshard_after_forward=False + reshard_after_backward=False), and reduce-scatters once per unit per
+    step in every variant. Every variant trains the same curve as one process (same global batch, same maths)."""
+    from labkit import tune
+
+    base = BASE.replace(micro_batch=1, accum=4, steps=4)
+    variants = {"ddp": {"parallel": "ddp"}, "ddp_sync": {"parallel": "ddp", "no_sync": False},
+                "fsdp": {"parallel": "fsdp"}, "fsdp_sync": {"parallel": "fsdp", "no_sync": False},
+                "fsdp_keep": {"parallel": "fsdp", "reshard_after_backward": False},
+                "fsdp_none": {"parallel": "fsdp", "reshard_after_forward": False, "reshard_after_backward": False}}
+    table, recs = tune.accumulation_collectives(base, variants, nprocs=2, out_dir=tmp_path, timeout_s=300)
+    c = table.set_index("variant")
+    units = BASE.model_config.n_layers + 1
+    assert c.loc["ddp", "all_reduce"] == 1 and c.loc["ddp_sync", "all_reduce"] == 4
+    assert c.loc["ddp", "all_gather"] == c.loc["ddp_sync", "all_gather"] == 0
+    assert c.loc["fsdp", "all_gather"] == 2 * units * 4
+    assert c.loc["fsdp_keep", "all_gather"] == 2 * units + (4 - 1) * units   # no re-gather before later forwards
+    assert c.loc["fsdp_none", "all_gather"] == units
+    assert (c.loc[["fsdp", "fsdp_keep", "fsdp_none"], "all_reduce"] == units).all()   # gloo: reduce-scatter
+    assert c.loc["fsdp_sync", "all_reduce"] == 4 * units
+    for rec in recs:
+        assert rec.loss == pytest.approx(single_curve, rel=1e-5), rec.label
+        assert rec.tokens_per_step == 8 * 64 and rec.n_devices == 2
+
+
+def test_accumulation_options_are_checked(capsys):
+    with pytest.raises(ValueError, match="reshard_after_backward.*parallel='fsdp'"):
+        TrainConfig(parallel="ddp", reshard_after_backward=False)
+    with pytest.raises(ValueError, match="TrainConfig.no_sync must be True or False"):
+        TrainConfig(no_sync="yes")
+    assert TrainConfig(parallel="fsdp", reshard_after_backward=False).memory_strategy == "fsdp_full"
+    from labkit.cli import main  # labkit run's flags reach the same checks
+
+    assert main(["run", "--parallel", "single", "--steps", "2", "--warmup-steps", "1", "--keep-gathered"]) == 2
+    assert "reshard_after_backward=False is not valid" in capsys.readouterr().err
+
+
+def test_gradient_parity_and_where_it_breaks():
+    """Equal token counts: allclose, same norm. Unequal counts averaged per micro-batch: a different gradient,
+    and summing then dividing by the real tokens restores it. BatchNorm breaks it, LayerNorm does not."""
+    from labkit.train import accum
+
+    cfg = TrainConfig(model="tiny", seq_len=16)
+    same = accum.gradient_parity(cfg, 8, 2)
+    assert same.allclose and same.accum == 4 and same.rel_diff < 1e-5
+    assert same.norm_accum == pytest.approx(same.norm_full, rel=1e-5)
+    padded = accum.gradient_parity(cfg, 8, 2, pad_share=0.3)
+    assert not padded.allclose and padded.rel_diff > 1e-2
+    fixed = accum.gradient_parity(cfg, 8, 2, pad_share=0.3, reduction="tokens")
+    assert fixed.allclose and fixed.norm_full == pytest.approx(padded.norm_full, rel=1e-6)
+    x, y = accum.global_batch(cfg, 8, pad_share=0.3)
+    assert (y[:4] != -100).all() and abs(float((y == -100).float().mean()) - 0.3) < 0.05
+    assert not accum.batchnorm_parity(8, 2).allclose and accum.batchnorm_parity(8, 2, norm="layer").allclose
+    with pytest.raises(ValueError, match="micro_batch=3 does not divide"):
+        accum.accumulated_gradient(cfg, x, y, micro_batch=3)
+    with pytest.raises(ValueError, match="reduction='sum'"):
+        accum.gradient_parity(cfg, 8, 2, reduction="sum")
+    with pytest.raises(ValueError, match="micro_batch=1 must be >= 2"):
+        accum.batchnorm_parity(8, 1)

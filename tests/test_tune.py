@@ -114,3 +114,30 @@ def test_tune_cli(capsys):
                  "--budget-gib", "0.05"]) == 0
     assert "largest micro-batch" in capsys.readouterr().out
     assert main(["tune"]) == 2
+
+
+def test_find_micro_batch_reports_every_probe():
+    """The search's probes carry their bytes: the model's are predicted_bytes; the measured ones are model states
+    + saved activations and grow with the micro-batch; the answer is the largest probe that fits (chapter 15)."""
+    cfg = TrainConfig(model="tiny", parallel="single", device="cpu", seq_len=32)
+    budget = 40 * 2**20
+    model = tune.find_micro_batch(cfg, memory_budget_bytes=budget, max_micro_batch=256)
+    assert model.best == tune.largest_micro_batch(cfg, memory_budget_bytes=budget, max_micro_batch=256)
+    assert [m for m, _, _ in model.probes[:3]] == [1, 2, 4]
+    assert all(b == tune.predicted_bytes(cfg, m) and ok == (b <= budget) for m, b, ok in model.probes)
+    assert model.best == max(m for m, _, ok in model.probes if ok)
+    meas = tune.find_micro_batch(cfg, memory_budget_bytes=budget, method="measure", max_micro_batch=256)
+    by = dict((m, b) for m, b, _ in meas.probes)
+    assert meas.best >= 1 and by[meas.best] <= budget < by[meas.best + 1]
+    assert by[4] > by[2] > by[1]
+    assert list(meas.table().columns) == ["micro_batch", "MiB", "fits"]
+    # the run's seq_len counts: twice the tokens per sequence, more bytes per micro-batch
+    assert tune.predicted_bytes(cfg.replace(seq_len=64), 4) > tune.predicted_bytes(cfg, 4)
+
+
+def test_ab_micro_batch_runs_the_loop_interleaved():
+    res = tune.ab_micro_batch(TrainConfig(model="tiny", seq_len=8), a=(4, 1), b=(1, 4), rounds=3)
+    assert res.clock == "cpu" and len(res.a) == len(res.b) == len(res.a2) == 3
+    assert res.ratio > 0 and res.labels == ("A: 4 × accum 1", "B: 1 × accum 4")
+    with pytest.raises(ValueError, match="same sequences per step"):
+        tune.ab_micro_batch(TrainConfig(model="tiny"), a=(4, 1), b=(2, 1))

@@ -29,6 +29,10 @@ def register(subparsers) -> None:
     p.add_argument("--warmup-steps", type=int, default=3)
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--accum", type=int, default=1)
+    p.add_argument("--sync-every-micro-batch", action="store_true",
+                   help="gradient sync on every micro-batch, not only the last (no_sync=False; chapter 15)")
+    p.add_argument("--keep-gathered", action="store_true",
+                   help="FSDP2: keep parameters gathered between micro-batches (reshard_after_backward=False)")
     p.add_argument("--seq-len", type=int, default=None)
     p.add_argument("--dtype", default="fp32", choices=DTYPES)
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing per block")
@@ -69,7 +73,8 @@ def handle(args) -> int:
                       steps=args.steps, warmup_steps=args.warmup_steps, dtype=args.dtype, parallel=parallel,
                       checkpoint=args.checkpoint, compile=args.compile, attention=args.attention,
                       num_workers=args.num_workers, profile_dir=args.profile_dir, peak_flops=args.peak_flops,
-                      seed=args.seed, label=f"labkit run {args.model} {parallel}×{nprocs}")
+                      seed=args.seed, label=f"labkit run {args.model} {parallel}×{nprocs}",
+                      no_sync=not args.sync_every_micro_batch, reshard_after_backward=not args.keep_gathered)
     if under_torchrun:
         record = train(cfg)
         from labkit.launcher import shutdown_distributed

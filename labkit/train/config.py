@@ -17,6 +17,12 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   after ``scale_growth_interval`` clean steps, a number = a static scale, ``"off"``); ``grad_stats`` (per-layer
   gradient statistics each step, :func:`labkit.precision.grad_stats`). fp16 runs at ≈ 1 GFLOP/s on CPUs
   without native fp16 matmuls: allowed for the numerics, never for speed;
+- **accumulation under data parallelism** (chapter 15): ``no_sync`` (default True) synchronises gradients
+  on the last of the ``accum`` micro-batches only — DDP and FSDP1 ``no_sync()``, FSDP2
+  ``set_requires_gradient_sync`` — and False on every micro-batch (``accum`` syncs per step);
+  ``reshard_after_backward=False`` (FSDP2) keeps the all-gathered parameters between the micro-batches
+  of a step (``set_reshard_after_backward``), resharding after the last, so they are not re-gathered
+  per micro-batch (with ``reshard_after_forward=False``: once per step) — more memory, fewer all-gathers;
 - **injected bottlenecks** (chapters 2, 9, 14; sized by :mod:`labkit.train.inject`): ``inject`` =
   ``"data"`` (the loader sleeps per sample), ``"comm"`` (an extra padded all-reduce per step — an
   oversized bucket), ``"compute"`` (micro-batches of one sequence, accumulated to the same tokens),
@@ -99,6 +105,9 @@ class TrainConfig:
     device: str = "auto"
     peak_flops: float | None = None     # per device; None → labkit.hardware.resolve_peak
     label: str = "train"
+    # gradient accumulation under data parallelism (chapter 15)
+    no_sync: bool = True                # sync gradients on the last micro-batch only; False: on every one
+    reshard_after_backward: bool = True  # FSDP2: False keeps parameters gathered between micro-batches
 
     def __post_init__(self):
         from labkit.model_config import ATTENTIONS, SIZES
@@ -155,6 +164,11 @@ class TrainConfig:
             checks.count("TrainConfig.profile_steps", self.profile_steps, at_most=self.steps)
         if self.peak_flops is not None:
             checks.positive("TrainConfig.peak_flops", self.peak_flops)
+        # gradient accumulation under data parallelism (chapter 15)
+        for name in ("no_sync", "reshard_after_backward"):
+            checks.flag(f"TrainConfig.{name}", getattr(self, name))
+        if not self.reshard_after_backward and self.parallel != "fsdp":
+            bad("reshard_after_backward", "False applies to parallel='fsdp' (FSDP2 set_reshard_after_backward) only")
 
     def _check_precision(self, bad) -> None:
         """fp16 is allowed knowingly: on a CPU without native fp16/bf16 matmuls (no AVX512-FP16/AMX) its

@@ -8,7 +8,7 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
     for each of `accum` micro-batches:           # gradient accumulation (chapter 15)
         data      next(loader) → device
         forward   (bf16/fp16 autocast if dtype says so) loss / accum
-        backward  loss.backward()  — DDP/FSDP gradient sync only on the last micro-batch
+        backward  loss.backward()  — DDP/FSDP gradient sync only on the last micro-batch (no_sync)
                   (scaler.scale(loss).backward() with a loss scale, chapter 18)
     comm          only with inject="comm": the padded all-reduce
     optimizer     AdamW step (scaler.step + update: skipped on overflow), zero_grad

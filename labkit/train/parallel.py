@@ -23,7 +23,8 @@ compile). Order matters and follows the PyTorch docs:
 3. ``torch.compile``.
 
 :func:`sync_context` switches gradient synchronisation off for all but the last micro-batch of an
-accumulation (DDP and FSDP1 ``no_sync()``; FSDP2 ``set_requires_gradient_sync``).
+accumulation (DDP and FSDP1 ``no_sync()``; FSDP2 ``set_requires_gradient_sync``) unless ``no_sync=False``,
+and with FSDP2 ``reshard_after_backward=False`` keeps parameters unsharded between micro-batches.
 
 Taught in chapter 19 (DDP) and chapter 20 (FSDP); pipeline stages (chapter 24) will be applied here too.
 """
@@ -145,10 +146,15 @@ def parallelize(model, cfg, device):
 
 
 def sync_context(model, cfg, last: bool):
-    """Skip gradient synchronisation on all but the last micro-batch of an accumulation (chapter 15)."""
+    """Skip gradient synchronisation on all but the last micro-batch of an accumulation (``cfg.no_sync``;
+    DDP/FSDP1 ``no_sync()``, FSDP2 ``set_requires_gradient_sync``); with FSDP2 and
+    ``cfg.reshard_after_backward=False`` keep the parameters gathered until the last (chapter 15)."""
     inner = getattr(model, "_orig_mod", model)
-    if cfg.parallel in ("ddp", "fsdp1") and not last:
+    skip = cfg.no_sync and not last
+    if cfg.parallel in ("ddp", "fsdp1") and skip:
         return inner.no_sync()
     if cfg.parallel == "fsdp":
-        inner.set_requires_gradient_sync(last)
+        inner.set_requires_gradient_sync(not skip)
+        if not cfg.reshard_after_backward:
+            inner.set_reshard_after_backward(last)
     return contextlib.nullcontext()

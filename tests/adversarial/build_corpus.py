@@ -135,12 +135,14 @@ def real_lab_corpus() -> dict:
     lab01 with its throughput inflated by 10 % before saving: q1's consistency check must catch it and q2
     must not trip over it (a 1.5x inflation pushed the record's MFU past 100 % — q2's sanity bound — whenever
     a loaded machine depressed the measured peak enough that the real MFU exceeded 2/3; at 1.1x that needs a
-    real MFU above 91 %). lab04 and lab06: see :func:`_lab04_forged` and :func:`_lab06_inflated`.
+    real MFU above 91 %). lab03, lab04 and lab06: see :func:`_lab03_forged`, :func:`_lab04_forged` and
+    :func:`_lab06_inflated`.
     """
     lab01 = _forged("lab01_baseline", "q1", "record.save(baseline_path)",
                     "record.tokens_per_s *= 1.1  # a better number, typed in\n"
                     "record.mfu *= 1.1\nrecord.save(baseline_path)")
-    return {"lab01_inflated": lab01, "lab04_forged": _lab04_forged(), "lab06_inflated": _lab06_inflated()}
+    return {"lab01_inflated": lab01, "lab03_forged": _lab03_forged(), "lab04_forged": _lab04_forged(),
+            "lab06_inflated": _lab06_inflated()}
 
 
 def _forged(lab_id: str, qid: str, old: str, new: str):
@@ -162,6 +164,14 @@ def _forged(lab_id: str, qid: str, old: str, new: str):
     c.source = c.source.replace(old, new)
     nbf.validate(nb)
     return nb
+
+
+def _lab03_forged():
+    """lab03 with one sweep record's throughput raised by 10 % before the ratios are taken: the answer agrees
+    with the (forged) records, so only q1's consistency check (tokens/s against the step times) catches it."""
+    return _forged("lab03_batch_accum", "q1", "smallest = min(records)",
+                   "records[max(records)].tokens_per_s *= 1.1  # a better number, typed in\n"
+                   "smallest = min(records)")
 
 
 def _lab04_forged():

@@ -1,0 +1,91 @@
+"""What an accumulated step costs, measured: collectives per step through the one training loop, and
+case A (one large micro-batch) against case B (several accumulated small ones) timed interleaved.
+
+:func:`accumulation_collectives` trains variants of a config (``no_sync``, FSDP2 resharding) in the same
+ranks with the profiler on and counts each one's collectives per rank per step from the traces
+(:func:`collectives_per_step`); :func:`ab_micro_batch` times two (micro_batch, accum) splits of the same
+sequences through the loop's ``forward_backward`` with :func:`labkit.ab.ab_compare`. Re-exported by
+:mod:`labkit.tune`.
+
+Taught in chapter 15 (micro-batch and accumulation).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+
+def collectives_per_step(trace_dir) -> dict[str, float]:
+    """Collective calls per rank per profiled step, by type, from a run's per-rank traces
+    (:func:`labkit.trace.analyze`'s ``comm_by_type``). On gloo FSDP's reduce-scatter runs as an
+    all-reduce (PLATFORM_NOTES), so it is counted as one. Taught in chapter 15."""
+    from labkit import trace
+
+    an = trace.analyze(trace_dir)
+    per = len(an.ranks) * len(an.steps)
+    t = an.comm_by_type
+    return {str(ty): float(c) / per for ty, c in zip(t["type"], t["count"], strict=True)}
+
+
+def accumulation_collectives(base, variants: dict, *, nprocs: int = 2, out_dir, timeout_s: float = 600):
+    """Train each variant of ``base`` (name → TrainConfig changes, e.g. ``{"no_sync": False}``) in the same
+    ``nprocs`` ranks through the one loop (:func:`labkit.train.run_many`), profile its last step, count its
+    collectives per rank per step. Returns (table, records). Taught in chapter 15."""
+    from pathlib import Path
+
+    from labkit.train import run_many
+
+    if not isinstance(variants, dict) or not variants:
+        raise ValueError("variants must be a non-empty dict of name -> TrainConfig changes")
+    out = Path(out_dir)
+    cfgs = [base.replace(**changes, label=name, profile_dir=str(out / name), profile_steps=1)
+            for name, changes in variants.items()]
+    recs = run_many(cfgs, nprocs, timeout_s=timeout_s)
+    rows = []
+    for (name, changes), cfg, rec in zip(variants.items(), cfgs, recs, strict=True):
+        c = collectives_per_step(cfg.profile_dir)
+        rows.append({"variant": name, "parallel": cfg.parallel, "accum": cfg.accum,
+                     "changes": ", ".join(f"{k}={v}" for k, v in changes.items() if k != "parallel") or "defaults",
+                     "all_gather": c.get("all_gather", 0.0), "all_reduce": c.get("all_reduce", 0.0),
+                     "collectives": sum(c.values()), "step_ms": rec.step_time.median * 1e3})
+    return pd.DataFrame(rows), recs
+
+
+def ab_micro_batch(cfg, a=(16, 1), b=(4, 4), *, rounds: int = 20, threads: int | None = 1, seed: int = 0):
+    """A/B of two (micro_batch, accum) splits of the same sequences per step, e.g. the source's case A
+    (16 × 1) against case B (4 × 4): each call is one step's forward and backward through the loop's own
+    :func:`labkit.train.forward_backward` on one model and the same sequences, timed in CPU seconds
+    (``clock="cpu"``: robust to a shared machine; the optimizer step, equal for both, is left out),
+    interleaved A B A' (:func:`labkit.ab.ab_compare`); on a GPU in wall seconds between synchronisations.
+    ``threads``: torch threads while it runs (CPU). Taught in chapter 15."""
+    import torch
+
+    from labkit.ab import ab_compare
+    from labkit.hardware.measure import resolve_device
+    from labkit.train.accum import global_batch
+    from labkit.train.loop import build_model, forward_backward
+
+    (ma, ka), (mb, kb) = a, b
+    if ma * ka != mb * kb:
+        raise ValueError(f"a={a} and b={b} must hold the same sequences per step (micro_batch × accum)")
+    x, y = global_batch(cfg, ma * ka, seed=seed)
+    device = resolve_device(cfg.device)
+    x, y = x.to(device), y.to(device)
+    model = build_model(cfg.replace(parallel="single", micro_batch=ma, accum=ka), device)
+
+    def arm(m, k):
+        run = cfg.replace(parallel="single", micro_batch=m, accum=k)
+        chunks = list(zip(x.split(m), y.split(m), strict=True))
+
+        def once():     # returns None: ab_compare times it
+            forward_backward(model, iter(chunks), run, device)
+            model.zero_grad(set_to_none=True)
+        return once
+
+    old, gpu = torch.get_num_threads(), device.type == "cuda"
+    torch.set_num_threads(threads or old)
+    try:
+        return ab_compare(arm(ma, ka), arm(mb, kb), rounds=rounds, warmup=2, clock="wall" if gpu else "cpu",
+                          device=device if gpu else None, seed=seed, unit="s",
+                          labels=(f"A: {ma} × accum {ka}", f"B: {mb} × accum {kb}"))
+    finally:
+        torch.set_num_threads(old)
