@@ -291,6 +291,7 @@ NOT_COVERED = {
     ("trace analyze", "--example"): "a name from a fixed list (argparse refuses any other); the shipped traces it "
                                     "names are read in test_hta_peer",
     ("trace hta", "--example"): "as for trace analyze --example",
+    ("memory", "--attention"): "an attention name from a fixed list (argparse refuses any other)",
     ("release", "--course"): "an output folder (the learner's working copy), created; tests/test_learner_reach.py",
     ("release", "--course-tree"): "an output folder, created; tests/test_learner_reach.py",
 }
