@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+import labkit.intervals as iv
 from labkit import checks
 from labkit.trace.breakdown import COLUMNS, RankView
 from labkit.trace.load import CPU_OP, KERNEL, read_ranks
@@ -319,10 +320,9 @@ def _op_table(v: RankView, wins, cat, device):
     if idx.size == 0:
         return pd.DataFrame(columns=["name", "count", "total_s"])
     t = ev.ts[idx]
-    inside = np.zeros(idx.size, dtype=bool)
-    for w in wins:
-        lo, hi = (w[1], w[2]) if device else (w[3], w[4])
-        inside |= (t >= lo) & (t < hi)
+    lo, hi = iv.union([w[1] if device else w[3] for w in wins], [w[2] if device else w[4] for w in wins])
+    j = np.searchsorted(lo, t, side="right") - 1           # the merged window that may hold each event
+    inside = (j >= 0) & (t < hi[np.clip(j, 0, hi.size - 1)])
     idx = idx[inside]
     nid = ev.name_id[idx]
     cnt = np.bincount(nid, minlength=len(ev.names))
