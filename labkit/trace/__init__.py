@@ -25,7 +25,8 @@ from __future__ import annotations
 from labkit.trace.analysis import TraceAnalysis, analyze
 from labkit.trace.breakdown import COLUMNS, collective_type
 from labkit.trace.hta import hta_comm_comp_overlap, hta_summary, hta_temporal_breakdown
-from labkit.trace.load import NotATraceError, RankEvents, load, read_ranks, trace_files
+from labkit.trace.load import NotATraceError, RankEvents, load, trace_files
+from labkit.trace.runs import read_ranks
 from labkit.trace.synthetic import SyntheticSpec, synthesize_trace, synthesize_traces
 from labkit.trace.timeline import DDPTimeline, ddp_timeline
 

@@ -25,7 +25,8 @@ import numpy as np
 import labkit.intervals as iv
 from labkit import checks
 from labkit.trace.breakdown import COLUMNS, RankView
-from labkit.trace.load import CPU_OP, KERNEL, read_ranks
+from labkit.trace.load import CPU_OP, KERNEL
+from labkit.trace.runs import read_ranks
 from labkit.trace.stragglers import stragglers as _stragglers
 from labkit.units import GB, US
 
@@ -256,7 +257,8 @@ def _py(v):
     return v
 
 
-def analyze(path, *, steps=None, allow_mixed: bool = False) -> TraceAnalysis:
+def analyze(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_events=None,
+            workers=None) -> TraceAnalysis:
     """Analyse a trace file or a folder of per-rank trace files.
 
     ``steps``: None for every ``ProfilerStep`` in the trace (the whole window when there is none),
@@ -264,7 +266,9 @@ def analyze(path, *, steps=None, allow_mixed: bool = False) -> TraceAnalysis:
     look like different runs (:func:`labkit.trace.load.check_one_run`) instead of refusing it. Raises
     ValueError naming the file (and the event and field) for corrupt, truncated or invalid traces
     (non-finite times, wrong field types), for an empty ``path``, for a folder mixing runs, and when
-    the selected steps are not in the trace.
+    the selected steps are not in the trace. ``max_mb``/``max_events``: the per-file limits of
+    :func:`labkit.trace.fastload.limits` (a bigger file is refused while it is read); ``workers``: the
+    processes reading the ranks' files (:func:`labkit.trace.runs.read_ranks`).
 
     Taught in chapter 9.
     """
@@ -274,7 +278,7 @@ def analyze(path, *, steps=None, allow_mixed: bool = False) -> TraceAnalysis:
         if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
             raise checks.ArgumentTypeError(f"steps={steps!r} must be None or an iterable of step numbers")
         steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
-    events = read_ranks(path, allow_mixed=allow_mixed)
+    events = read_ranks(path, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events, workers=workers)
     views = [RankView(ev) for ev in events]
     kinds = {v.kind for v in views}
     kind = "gpu" if "gpu" in kinds else "cpu"
