@@ -24,7 +24,7 @@ def test_ranked_feasible_and_within_memory(slow_70b):
     assert steps == sorted(steps) and len(steps) > 10
     for x in p.predictions:
         assert x.layout.world_size == c.n_gpus and x.memory["total"] <= p.memory_limit
-        assert 64 % x.layout.tp == 0 and 80 % x.layout.pp == 0
+        assert 64 % x.layout.tp == 0 and x.layout.pp <= 80 and -(-80 // x.layout.pp) * x.layout.pp / 80 <= 1.25
     assert p.rejected and all("GiB" in why for _, why in p.rejected)
     t = p.table(5)
     assert list(t["rank"]) == [1, 2, 3, 4, 5]
@@ -86,7 +86,9 @@ def test_interleaved_schedules_are_searched_and_shrink_the_bubble():
     args = dict(global_batch=64, seq_len=4096, micro_batches=(1,), strategies=("zero1",), recompute=("selective",))
     p = plan("llama3-70b", cluster("a100-25gbe"), **args)
     by = {(q.layout.dp, q.layout.tp, q.layout.pp, q.layout.virtual_stages): q for q in p.predictions}
-    pairs = [(k, k[:3] + (v,)) for k in by if k[3] == 1 and k[2] > 1 for v in (2, 4) if k[:3] + (v,) in by]
+    # even splits (uneven stages also price the slowest stage's extra layers: compared in the test below)
+    pairs = [(k, k[:3] + (v,)) for k in by if k[3] == 1 and k[2] > 1 and 80 % (k[2] * 4) == 0 for v in (2, 4)
+             if k[:3] + (v,) in by]
     assert pairs, sorted(by)
     for one, inter in pairs:
         a, b = by[one], by[inter]
