@@ -169,14 +169,25 @@ def _publish(c: Claim) -> None:
 def stored_claims(nb) -> list[tuple[str, Claim]]:
     """Every claim stored in a notebook's outputs, as (cell id, :class:`Claim`).
 
-    ``nb`` is a parsed notebook (``nbformat`` node or the plain JSON dict)."""
+    ``nb`` is a parsed notebook (``nbformat`` node or the plain JSON dict); a value that is not one (no
+    ``cells`` list, a cell or output that is not an object) is a ValueError saying what it holds."""
+    from collections.abc import Mapping
+
+    if not isinstance(nb, Mapping) or not isinstance(nb.get("cells"), list):
+        got = f"keys {sorted(map(str, nb))[:6]}" if isinstance(nb, Mapping) else type(nb).__name__
+        raise ValueError(f"nb must be a parsed notebook (an object with a 'cells' list), got {got}")
     found = []
-    for cell in nb["cells"]:
+    for i, cell in enumerate(nb["cells"]):
+        if not isinstance(cell, Mapping):
+            raise ValueError(f"nb cells[{i}] is {type(cell).__name__}, not a notebook cell (an object)")
         if cell.get("cell_type") != "code":
             continue
-        for out in cell.get("outputs", []):
-            meta = out.get("metadata") or {}
-            if METADATA_KEY in meta:
+        outs = cell.get("outputs", [])
+        if not isinstance(outs, list):
+            raise ValueError(f"nb cells[{i}].outputs is {type(outs).__name__}, not a list")
+        for out in outs:
+            meta = (out.get("metadata") or {}) if isinstance(out, Mapping) else {}
+            if isinstance(meta, Mapping) and METADATA_KEY in meta:
                 found.append((cell.get("id", "?"), Claim.from_dict(meta[METADATA_KEY])))
     return found
 

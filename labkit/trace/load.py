@@ -266,7 +266,8 @@ def extract(doc: dict, path, *, default_rank: int = 0) -> RankEvents:
         ts_arr, dur_arr = ts_arr.astype(float), dur_arr.astype(float)
     except (TypeError, AttributeError, ValueError, OverflowError) as ex:
         raise ValueError(f"trace file {p}: {_bad_event(evs) or ex}") from None
-    bad = ~np.isfinite(ts_arr) | ~np.isfinite(dur_arr) | (dur_arr < 0)
+    bad = ~np.isfinite(ts_arr) | ~np.isfinite(dur_arr) | (dur_arr < 0) | (np.abs(ts_arr) > MAX_TS_US) | \
+        (dur_arr > MAX_DUR_US)
     if bad.any():
         raise ValueError(f"trace file {p}: {_bad_event(evs, xs[int(np.flatnonzero(bad)[0])])}")
     cat = np.asarray(code, dtype=np.int8) if n else np.zeros(0, dtype=np.int8)
@@ -308,6 +309,8 @@ def extract(doc: dict, path, *, default_rank: int = 0) -> RankEvents:
 
 
 _NUMBER_TYPES = {int, float}
+MAX_TS_US = 1e17      # µs: ~3,000 years after 1970 (Kineto writes µs since the epoch, or since a base time)
+MAX_DUR_US = 1e13     # µs: ~116 days, far past any profiled span (1e308 would make every sum inf)
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _DEVICE_NAMES = {k for k, v in CATEGORIES.items() if v in DEVICE_CATS or v == RUNTIME}
 
@@ -371,6 +374,10 @@ def _event_problem(e: dict) -> str | None:
             return f"{key!r}={_short(v)} is not valid: use a finite number (µs)"
         if key == "dur" and v < 0:
             return f"'dur'={v!r} is not valid: use a finite number >= 0 (µs)"
+        if key == "ts" and abs(v) > MAX_TS_US or key == "dur" and v > MAX_DUR_US:
+            top = MAX_TS_US if key == "ts" else MAX_DUR_US
+            return (f"{key!r}={_short(v)} is out of range: a profiler time in µs is at most {top:.0e} "
+                    f"({'about 3,000 years since 1970' if key == 'ts' else 'about 116 days'})")
     if e["cat"] in _DEVICE_NAMES and args is not None:
         for key in ("correlation", "stream") if CATEGORIES[e["cat"]] in DEVICE_CATS else ("correlation",):
             v = args.get(key, -1)

@@ -107,7 +107,8 @@ def extract_typed(doc, p, default_rank: int = 0):
         return None
     ts_is_float = ts_arr.dtype.kind == "f"
     ts_arr, dur_arr = ts_arr.astype(float), dur_arr.astype(float)
-    if (~np.isfinite(ts_arr) | ~np.isfinite(dur_arr) | (dur_arr < 0)).any():
+    if (~np.isfinite(ts_arr) | ~np.isfinite(dur_arr) | (dur_arr < 0) | (np.abs(ts_arr) > L.MAX_TS_US)
+            | (dur_arr > L.MAX_DUR_US)).any():
         return None
     cat = np.asarray(code, dtype=np.int8) if n else np.zeros(0, dtype=np.int8)
     stream = np.full(n, -1, dtype=np.int64)
