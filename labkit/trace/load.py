@@ -260,7 +260,7 @@ def extract(doc: dict, path, *, default_rank: int = 0) -> RankEvents:
         dur_arr = np.array([e["dur"] for e in xs]) if n else np.zeros(0)
         # numbers only: a string, null or nested value makes a str/object array (no silent conversion)
         if ts_arr.dtype.kind not in "if" or dur_arr.dtype.kind not in "if" or \
-                not all(type(k) is str for k in names):
+                not all(type(k) is str for k in names) or not all(type(e["cat"]) is str for e in xs):
             raise TypeError("an event field has the wrong type")
         ts_is_float = ts_arr.dtype.kind == "f"
         ts_arr, dur_arr = ts_arr.astype(float), dur_arr.astype(float)
