@@ -16,7 +16,6 @@ Taught in chapter 9 (profiler traces).
 """
 from __future__ import annotations
 
-import gc
 import gzip
 import json
 import math
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.checks import ArgumentTypeError, flag
+from labkit.checks import ArgumentTypeError
 
 try:  # optional accelerator for large traces (a dependency of labkit; the stdlib path stays tested)
     import orjson

@@ -88,7 +88,7 @@ def extract_typed(doc, p, default_rank: int = 0):
         cats = L.CATEGORIES
         code = [cats.get(e.cat, L.OTHER) for e in xs]      # a non-string cat is caught just below
         names: dict[str, int] = {}
-        nid = [names.setdefault(n, len(names)) for n in ["" if e.name is None else e.name for e in xs]]
+        nid = [names.setdefault(e.name, len(names)) for e in xs]
         threads: dict[tuple, int] = {}
         th = []
         for e in xs:
@@ -102,8 +102,10 @@ def extract_typed(doc, p, default_rank: int = 0):
         dur_arr = np.array([e.dur for e in xs]) if n else np.zeros(0)
     except (TypeError, ValueError, OverflowError):
         return None
+    # a null name is a None key among the names; a non-string cat can only have the code OTHER
+    other = L.OTHER
     if ts_arr.dtype.kind not in "if" or dur_arr.dtype.kind not in "if" or not all(type(k) is str for k in names) \
-            or not all(type(e.cat) is str for e in xs) or any(e.name is None for e in xs if e.ph == "X"):
+            or not all(type(xs[i].cat) is str for i, c in enumerate(code) if c == other):
         return None
     ts_is_float = ts_arr.dtype.kind == "f"
     ts_arr, dur_arr = ts_arr.astype(float), dur_arr.astype(float)
