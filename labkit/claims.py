@@ -56,7 +56,11 @@ def effect(left: float, op: str, right: float) -> float:
 
 
 def judge(left: float, op: str, right: float, *, margin: float, noise: float = 0.0) -> str:
-    """``"holds"``, ``"contradicted"`` or ``"inconclusive"`` for ``left op right`` (see the module docs)."""
+    """``"holds"``, ``"contradicted"`` or ``"inconclusive"`` for ``left op right`` (see the module docs).
+    Every argument is checked (finite numbers >= 0, ``op`` one of :data:`OPS`): a ValueError naming it."""
+    checks.one_of("op", op, OPS)
+    left, right = checks.nonneg("left", left), checks.nonneg("right", right)
+    margin, noise = checks.nonneg("margin", margin), checks.nonneg("noise", noise)
     e = effect(left, op, right)
     resolution = max(margin, noise)
     if e > resolution:
@@ -194,6 +198,6 @@ def stored_claims(nb) -> list[tuple[str, Claim]]:
 
 def rejudge(c: Claim) -> str:
     """The status ``c``'s own numbers give (a stored claim must agree with its stored status)."""
-    if c.op not in OPS or not (math.isfinite(c.left) and math.isfinite(c.right)) or min(c.left, c.right) < 0:
+    if c.op not in OPS or not all(math.isfinite(x) and x >= 0 for x in (c.left, c.right, c.margin, c.noise)):
         return "contradicted"
     return judge(c.left, c.op, c.right, margin=c.margin, noise=c.noise)

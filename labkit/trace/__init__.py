@@ -3,7 +3,11 @@
 The face of the trace family; each file is one concept:
 
 - :mod:`labkit.trace.load` — read Chrome traces into flat numpy arrays, one rank per file
-  (:func:`load`, :func:`trace_files`, ``read_ranks``);
+  (:func:`load`, :func:`trace_files`);
+- :mod:`labkit.trace.fastload` — size and event limits checked while reading, typed decoding of only the
+  fields used (msgspec);
+- :mod:`labkit.trace.runs` — ``read_ranks``: every rank of a run, read in a process pool, checked to be
+  one run;
 - :mod:`labkit.trace.breakdown` — labkit's definitions of compute, exposed/hidden communication,
   memcpy, idle (host wait vs other) and data wait per step window;
 - :mod:`labkit.trace.analysis` — :func:`analyze` and its result :class:`TraceAnalysis` (tables,
