@@ -108,8 +108,8 @@ def from_hf_config(cfg, *, seq_len: int | None = None) -> ModelShape:
     moe = {}
     if mt == "mixtral":
         moe = dict(n_experts=_get(d, "num_local_experts"), top_k=_get(d, "num_experts_per_tok"))
-    bias = checks.flag("attention_bias", d.get("attention_bias", False)) and \
-        checks.flag("mlp_bias", d.get("mlp_bias", False))
+    attn_bias = checks.flag("attention_bias", d.get("attention_bias", False))   # both checked, then combined
+    bias = checks.flag("mlp_bias", d.get("mlp_bias", False)) and attn_bias
     return ModelShape(n_layers=_get(d, "num_hidden_layers"), d_model=_get(d, "hidden_size"), n_heads=heads,
                       vocab_size=_get(d, "vocab_size"), seq_len=t, d_ff=_get(d, "intermediate_size"),
                       n_kv_heads=_get(d, "num_key_value_heads", required=False) or heads,
