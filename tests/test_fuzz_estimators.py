@@ -31,16 +31,16 @@ import pytest
 
 import labkit
 import labkit.batch
-import labkit.comm.models
 import labkit.claims
+import labkit.comm.models
 import labkit.cost
 import labkit.faults
 import labkit.flops
 import labkit.hardware.catalogue
+import labkit.integrations
 import labkit.memory.deepspeed
 import labkit.memory.estimate
 import labkit.mfu
-import labkit.integrations
 import labkit.model_config
 import labkit.perf
 import labkit.perf.steptime

@@ -419,7 +419,7 @@ def test_nccl_tests_row_whose_busbw_is_not_algbw_times_the_bus_factor_is_a_bad_l
 def test_nccl_tests_implausible_header_counts(field, value):
     from labkit.comm.parse import parse_nccl_tests
 
-    text = f"# nThread 1 nGpus 8 minBytes 8 maxBytes 128 step: 2(factor)\n".replace(
+    text = "# nThread 1 nGpus 8 minBytes 8 maxBytes 128 step: 2(factor)\n".replace(
         f"{field} {'1' if field == 'nThread' else '8'}", f"{field} {value}")
     text += "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
     text += "           8             2     float     sum      -1     25.30    0.00    0.00      0     25.10    0.00    0.00      0\n"

@@ -57,11 +57,11 @@ def _path(args) -> str:
 
 
 def _add_limits(parser) -> None:
-    parser.add_argument("--max-mb", type=float, help="refuse a trace file that inflates past this many MB "
+    parser.add_argument("--max-mb", type=float, help="refuse a rank's trace that inflates past this many MB "
                         "(default 2048, or LABKIT_TRACE_MAX_MB)")
-    parser.add_argument("--max-events", type=int, help="refuse a trace file with more events than this "
+    parser.add_argument("--max-events", type=int, help="refuse a rank's trace with more events than this "
                         "(default 20,000,000, or LABKIT_TRACE_MAX_EVENTS)")
-    parser.add_argument("--workers", type=int, help="processes reading the ranks' files (default: the cores "
+    parser.add_argument("--workers", type=int, help="processes reading the ranks' traces (default: the cores "
                         "this process may use, or LABKIT_TRACE_WORKERS)")
 
 
