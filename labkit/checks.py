@@ -77,8 +77,17 @@ def count(name: str, value, *, at_least: int = 1, at_most: int | None = None) ->
                                 f"(use an int >= {at_least}{hi})")
     v = int(value)
     if v < at_least or (at_most is not None and v > at_most):
-        raise ValueError(f"{name}={value!r} is not valid: use an int >= {at_least}{hi}")
+        raise ValueError(f"{name}={short_repr(value)} is not valid: use an int >= {at_least}{hi}")
     return v
+
+
+def short_repr(value) -> str:
+    """``repr(value)``, but an int of more than 30 digits as ``<int of N digits>`` and anything longer than
+    60 characters cut: an error line stays one readable line (a config with 10**400 layers)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"<int of {len(str(abs(value))) if value.bit_length() < 13000 else '>4000'} digits>"
+    r = repr(value)
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 def whole(name: str, value, *, at_least: int = 1, at_most: int | None = None) -> int:

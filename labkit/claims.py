@@ -56,7 +56,11 @@ def effect(left: float, op: str, right: float) -> float:
 
 
 def judge(left: float, op: str, right: float, *, margin: float, noise: float = 0.0) -> str:
-    """``"holds"``, ``"contradicted"`` or ``"inconclusive"`` for ``left op right`` (see the module docs)."""
+    """``"holds"``, ``"contradicted"`` or ``"inconclusive"`` for ``left op right`` (see the module docs).
+    Every argument is checked (finite numbers >= 0, ``op`` one of :data:`OPS`): a ValueError naming it."""
+    checks.one_of("op", op, OPS)
+    left, right = checks.nonneg("left", left), checks.nonneg("right", right)
+    margin, noise = checks.nonneg("margin", margin), checks.nonneg("noise", noise)
     e = effect(left, op, right)
     resolution = max(margin, noise)
     if e > resolution:
@@ -169,20 +173,31 @@ def _publish(c: Claim) -> None:
 def stored_claims(nb) -> list[tuple[str, Claim]]:
     """Every claim stored in a notebook's outputs, as (cell id, :class:`Claim`).
 
-    ``nb`` is a parsed notebook (``nbformat`` node or the plain JSON dict)."""
+    ``nb`` is a parsed notebook (``nbformat`` node or the plain JSON dict); a value that is not one (no
+    ``cells`` list, a cell or output that is not an object) is a ValueError saying what it holds."""
+    from collections.abc import Mapping
+
+    if not isinstance(nb, Mapping) or not isinstance(nb.get("cells"), list):
+        got = f"keys {sorted(map(str, nb))[:6]}" if isinstance(nb, Mapping) else type(nb).__name__
+        raise ValueError(f"nb must be a parsed notebook (an object with a 'cells' list), got {got}")
     found = []
-    for cell in nb["cells"]:
+    for i, cell in enumerate(nb["cells"]):
+        if not isinstance(cell, Mapping):
+            raise ValueError(f"nb cells[{i}] is {type(cell).__name__}, not a notebook cell (an object)")
         if cell.get("cell_type") != "code":
             continue
-        for out in cell.get("outputs", []):
-            meta = out.get("metadata") or {}
-            if METADATA_KEY in meta:
+        outs = cell.get("outputs", [])
+        if not isinstance(outs, list):
+            raise ValueError(f"nb cells[{i}].outputs is {type(outs).__name__}, not a list")
+        for out in outs:
+            meta = (out.get("metadata") or {}) if isinstance(out, Mapping) else {}
+            if isinstance(meta, Mapping) and METADATA_KEY in meta:
                 found.append((cell.get("id", "?"), Claim.from_dict(meta[METADATA_KEY])))
     return found
 
 
 def rejudge(c: Claim) -> str:
     """The status ``c``'s own numbers give (a stored claim must agree with its stored status)."""
-    if c.op not in OPS or not (math.isfinite(c.left) and math.isfinite(c.right)) or min(c.left, c.right) < 0:
+    if c.op not in OPS or not all(math.isfinite(x) and x >= 0 for x in (c.left, c.right, c.margin, c.noise)):
         return "contradicted"
     return judge(c.left, c.op, c.right, margin=c.margin, noise=c.noise)

@@ -131,6 +131,12 @@ class MysteryRun:
 def public_record(record: RunRecord, seed: int) -> RunRecord:
     """``record`` with the injection knobs removed from its config and ``mystery_seed`` added (in place;
     returned). Taught in lab 2."""
+    if not isinstance(record, RunRecord):
+        raise checks.ArgumentTypeError(f"record must be a labkit.record.RunRecord, got {type(record).__name__}")
+    if not isinstance(record.config, dict):
+        raise ValueError(f"record.config must be a dict (the run's TrainConfig fields), got "
+                         f"{type(record.config).__name__}")
+    seed = checks.count("seed", seed, at_least=0)
     record.config = {k: v for k, v in record.config.items() if k not in _HIDDEN}
     record.config["mystery_seed"] = seed
     record.label = "mystery"

@@ -74,8 +74,15 @@ class Verdict:
         return asdict(self)
 
 
+MAX_SAMPLES = 1_000_000            # repeated measurements of one metric: a few to a few thousand
+MAX_BASELINE_BYTES = 64 * 2**20    # a stored baseline: its samples and one run record
+
+
 def _sample(name, values, min_size: int = 3) -> np.ndarray:
-    """Repeated measurements: finite positive numbers (times or rates), at least ``min_size``."""
+    """Repeated measurements: finite positive numbers (times or rates), at least ``min_size``, at most
+    :data:`MAX_SAMPLES`."""
+    if hasattr(values, "__len__") and not isinstance(values, (str, bytes, dict)) and len(values) > MAX_SAMPLES:
+        raise ValueError(f"{name} holds {len(values):,} values, more than the {MAX_SAMPLES:,} a baseline keeps")
     try:
         v = _values(name, values, low_open=True, min_size=0)
     except checks.ArgumentTypeError:
@@ -268,6 +275,8 @@ class BaselineStore:
         f = self._file(name)
         if not f.exists():
             raise FileNotFoundError(f"no baseline {name!r} in {self.path}; have: {self.names()}")
+        if not f.is_file() or f.stat().st_size > MAX_BASELINE_BYTES:
+            raise ValueError(f"baseline file {f} is not a regular file of at most {MAX_BASELINE_BYTES // 2**20} MB")
         try:        # ValueError: invalid JSON or UTF-8, an int of > 4300 digits; RecursionError: absurd nesting
             doc = json.loads(f.read_bytes())
         except (ValueError, RecursionError) as e:

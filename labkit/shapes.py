@@ -69,10 +69,16 @@ def _config_dict(cfg) -> dict:
                                    f"{type(cfg).__name__} {cfg!r:.60}")
 
 
+MAX_DIM = 2**40     # any size a config states (layers, widths, vocabulary, context): far past real models
+
+
 def _get(d: dict, key: str, default=None, *, required: bool = True):
+    """A config's count ``key``: an int in [1, MAX_DIM] (a 10**400-layer config is refused, not overflowed)."""
     v = d.get(key, default)
     if v is None and required:
         raise ValueError(f"cfg: a {d.get('model_type')!r} config needs {key!r}; it has {sorted(d)[:12]}")
+    if v is not None:
+        v = checks.count(f"cfg {key}", v, at_most=MAX_DIM)
     return v
 
 
@@ -93,7 +99,8 @@ def from_hf_config(cfg, *, seq_len: int | None = None) -> ModelShape:
     if mt == "gpt2":
         t = seq_len if seq_len is not None else _get(d, "n_positions")
         return ModelShape(n_layers=_get(d, "n_layer"), d_model=_get(d, "n_embd"), n_heads=_get(d, "n_head"),
-                          vocab_size=_get(d, "vocab_size"), seq_len=t, d_ff=d.get("n_inner"), ffn="gelu",
+                          vocab_size=_get(d, "vocab_size"), seq_len=t, d_ff=_get(d, "n_inner", required=False),
+                          ffn="gelu",
                           tied_embeddings=checks.flag("tie_word_embeddings", d.get("tie_word_embeddings", True)),
                           bias=True, norm="layernorm", pos_emb="learned", name=name)
     t = seq_len if seq_len is not None else _get(d, "max_position_embeddings")
@@ -101,10 +108,12 @@ def from_hf_config(cfg, *, seq_len: int | None = None) -> ModelShape:
     moe = {}
     if mt == "mixtral":
         moe = dict(n_experts=_get(d, "num_local_experts"), top_k=_get(d, "num_experts_per_tok"))
-    bias = bool(d.get("attention_bias", False)) and bool(d.get("mlp_bias", False))
+    attn_bias = checks.flag("attention_bias", d.get("attention_bias", False))   # both checked, then combined
+    bias = checks.flag("mlp_bias", d.get("mlp_bias", False)) and attn_bias
     return ModelShape(n_layers=_get(d, "num_hidden_layers"), d_model=_get(d, "hidden_size"), n_heads=heads,
                       vocab_size=_get(d, "vocab_size"), seq_len=t, d_ff=_get(d, "intermediate_size"),
-                      n_kv_heads=d.get("num_key_value_heads") or heads, head_dim=d.get("head_dim"),
+                      n_kv_heads=_get(d, "num_key_value_heads", required=False) or heads,
+                      head_dim=_get(d, "head_dim", required=False),
                       ffn="swiglu", tied_embeddings=checks.flag("tie_word_embeddings",
                                                                 d.get("tie_word_embeddings", False)),
                       bias=bias, norm="rmsnorm", pos_emb="rope", name=name, **moe)

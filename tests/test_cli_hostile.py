@@ -303,3 +303,41 @@ def test_every_path_argument_is_covered_or_listed():
     assert not unlisted, f"path arguments with no hostile-input test: {sorted(unlisted)}"
     stale = (COVERED | set(NOT_COVERED)) - found
     assert not stale, f"listed arguments the CLI no longer has: {sorted(stale)}"
+
+
+# ---------------------------------------------------------------- issue #28: endless, huge and contradictory input
+@pytest.mark.parametrize("argv", [["comm", "parse", "/dev/zero"],
+                                  ["regress", "save", "x", "--samples", "/dev/zero", "--store", "{tmp}"]],
+                         ids=["comm-parse", "regress-save"])
+def test_endless_input_is_refused_while_read(argv, tmp_path, capsys, monkeypatch):
+    """/dev/zero was read to the end (never): now the read stops at the input limit, one line."""
+    monkeypatch.setenv("LABKIT_MAX_INPUT_MB", "4")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "/dev/zero" in err and "limit of 4 MB" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["diagnose", "--trace", ""], r"--trace='' is not valid"),
+    (["diagnose", "--trace", "datasets/traces/cpu_gloo_ddp_tiny", "--inject", "data"], r"give one of them"),
+    (["diagnose", "--record", " "], r"--record=' ' is not valid"),
+    (["plan", "--model", "llama3-8b", "--cluster", "dgx-a100", "--nodes", str(10**30), "--global-batch", "8"],
+     r"<int of 31 digits> GPUs is not valid for the planner"),
+])
+def test_contradictory_or_absurd_options_are_refused(argv, match, capsys):
+    """``diagnose --trace ''`` trained the default workload; ``--trace X --inject data`` ignored X;
+    ``plan --nodes 10**30`` scanned 8·10**30 divisors (a hang)."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and re.search(match, err), err
+
+
+def test_nccl_log_json_streams_its_records(tmp_path, capsys):
+    log = dataset("comm", "nccl_debug_2node_25gbe.SYNTHETIC.log").read_text()
+    p = tmp_path / "big.log"
+    p.write_text(log * 20)
+    assert main(["comm", "parse", str(p), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "nccl-debug" and len(doc["records"]) == 20 * log.count("NCCL INFO")
+    assert set(doc["records"][0]) >= {"line", "host", "message", "rank", "nranks"}

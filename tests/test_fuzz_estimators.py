@@ -31,14 +31,18 @@ import pytest
 
 import labkit
 import labkit.batch
+import labkit.claims
 import labkit.comm.models
 import labkit.cost
+import labkit.faults
 import labkit.flops
 import labkit.hardware.catalogue
+import labkit.integrations
 import labkit.memory.deepspeed
 import labkit.memory.estimate
 import labkit.mfu
 import labkit.model_config
+import labkit.perf
 import labkit.perf.steptime
 import labkit.roofline
 import labkit.scaling
@@ -51,7 +55,9 @@ from labkit.perf.steptime import StepParts
 
 MODULES = [labkit.flops, labkit.shapes, labkit.batch, labkit.model_config, labkit.mfu, labkit.cost, labkit.scaling,
            labkit.roofline, labkit.perf.steptime, labkit.memory.estimate, labkit.memory.deepspeed, labkit.comm.models,
-           labkit.hardware.catalogue]
+           labkit.hardware.catalogue,
+           # issue #28: the newer public API (perf planner and predictor, claims, faults, integrations)
+           labkit.perf, labkit.claims, labkit.faults, labkit.integrations]
 LABKIT_DIR = os.path.dirname(labkit.__file__)
 NAN, INF = float("nan"), float("inf")
 
@@ -414,6 +420,27 @@ def _specs() -> list[Spec]:
         Spec("batch.accum_steps(sequences)", labkit.batch.accum_steps,
              dict(micro_batch=2, n_ranks=64, global_sequences=1024),
              dict(micro_batch="count", n_ranks="count", global_sequences="whole")),
+        # ---- issue #28: perf (planner, predictor), claims, faults, integrations
+        Spec("perf.cluster(nodes)", labkit.perf.cluster, dict(name="dgx-a100", nodes=2), dict(nodes="optcount")),
+        Spec("perf.resolve_model", labkit.perf.resolve_model, dict(model="llama3-8b", seq_len=1024),
+             dict(model="choice", seq_len="optcount")),
+        Spec("perf.plan", labkit.perf.plan,
+             dict(model="llama3-8b", cluster=labkit.perf.cluster("dgx-a100"), global_batch=64, seq_len=1024,
+                  achievable=0.5, method="palm", dtype="bf16", strategies=("zero1",), recompute=("none",),
+                  micro_batches=(1,), schedule="1f1b", virtual_stages=(), allow_cross_node_tp=False,
+                  sequence_parallel=True, flash_attention=True, memory_fraction=0.9, n_gpus=None,
+                  context_parallel=(1,), expert_parallel=(1,), pipeline_parallel=(1, 2)),
+             dict(model="choice", cluster="obj", global_batch="count", seq_len="optcount", achievable="frac_open0",
+                  method="choice", dtype="choice", strategies="obj", recompute="obj", micro_batches="obj",
+                  schedule="choice", virtual_stages="obj", allow_cross_node_tp="flag", sequence_parallel="flag",
+                  flash_attention="flag", memory_fraction="frac_open0", n_gpus="optcount", context_parallel="obj",
+                  expert_parallel="obj", pipeline_parallel="optobj")),
+        Spec("claims.judge", labkit.claims.judge, dict(left=2.0, op=">", right=1.0, margin=0.05, noise=0.01),
+             dict(left="nonneg", op="choice", right="nonneg", margin="nonneg", noise="nonneg")),
+        Spec("claims.stored_claims", labkit.claims.stored_claims, dict(nb={"cells": []}), dict(nb="obj")),
+        Spec("faults.fault_of", labkit.faults.fault_of, dict(seed=3), dict(seed="count0")),
+        Spec("integrations.flops_per_token_of", labkit.integrations.flops_per_token_of,
+             dict(model=SHAPE, seq_len=None, method="palm"), dict(model="obj", seq_len="optcount", method="choice")),
     ]
 
 
@@ -422,9 +449,20 @@ SPECS = _specs()
 # Public callables that measure (time the device, launch ranks, count a live model) or only hold results:
 # not fuzzed here with valid values (that would run them); their early refusals are tested below.
 MEASURES = {"flops.count_flops", "shapes.compare", "scaling.measure_scaling", "roofline.time_matmul",
-            "roofline.sweep_matmul", "memory.deepspeed.deepspeed_params"}
+            "roofline.sweep_matmul", "memory.deepspeed.deepspeed_params",
+            "faults.mystery_run",            # launches ranks
+            "claims.claim",                  # prints and publishes a verdict (its judge is fuzzed above)
+            "integrations.meter_for"}        # builds a live Meter on a model (flops_per_token_of is fuzzed)
 RESULTS = {"flops.FlopCount", "cost.TrainingCost", "roofline.MatmulTiming", "memory.estimate.MemoryBreakdown",
-           "memory.deepspeed.DeepSpeedRow", "memory.deepspeed.DeepSpeedEstimate", "hardware.catalogue.DeviceFamily"}
+           "memory.deepspeed.DeepSpeedRow", "memory.deepspeed.DeepSpeedEstimate", "hardware.catalogue.DeviceFamily",
+           "perf.Prediction", "perf.Plan", "claims.Claim", "claims.ClaimContradicted", "faults.Fault",
+           "faults.MysteryRun", "claims.rejudge",     # rejudge reads a stored Claim back (a result)
+           # configs checked in their own __post_init__ and by tests/test_perf_*.py; not yet rows here
+           "perf.Layout", "perf.Cluster", "perf.predict", "faults.public_record",
+           # KNOWN GAPS (issue #28, reported to the lead; faults.py is outside this task): seed_for(fault=['x'])
+           # and mystery_config(model=['x']) raise a raw TypeError (unhashable), and mystery_config keeps a
+           # NumPy micro_batch as is
+           "faults.seed_for", "faults.mystery_config"}
 
 
 def _public_callables() -> dict[str, object]:
@@ -686,3 +724,48 @@ def test_numpy_counts_and_flags_accepted_as_in_the_issue():
         labkit.mfu.mfu(tokens_per_s=1e5, flops_per_token=1e9, n_devices=2, peak_flops=1e15)
     assert labkit.flops.n_params(SHAPE, embeddings=np.bool_(False)) == labkit.flops.n_params(SHAPE, embeddings=False)
     assert labkit.flops.flops_per_step(SHAPE, np.int64(4096)) == labkit.flops.flops_per_step(SHAPE, 4096)
+
+
+# ---------------------------------------------------------------- issue #28: flags and counts inside configs
+_LLAMA = dict(model_type="llama", hidden_size=64, intermediate_size=224, num_hidden_layers=2, num_attention_heads=8,
+              num_key_value_heads=2, vocab_size=512, max_position_embeddings=32)
+
+
+@pytest.mark.parametrize("key", ["attention_bias", "mlp_bias", "tie_word_embeddings"])
+def test_hf_config_string_false_is_refused_not_read_as_true(key):
+    """``attention_bias='false'`` was read as True (bool('false'))."""
+    with pytest.raises(ValueError, match=rf"{key} must be True or False, got str 'false'"):
+        labkit.shapes.from_hf_config(dict(_LLAMA, **{key: "false"}))
+
+
+def test_integrations_config_string_false_is_refused():
+    """``meter_for``'s shape reader took tie_word_embeddings='false' as True."""
+    from labkit.integrations.shapes import shape_from_config
+
+    cfg = types.SimpleNamespace(**_LLAMA, tie_word_embeddings="false")
+    with pytest.raises(ValueError, match=r"tie_word_embeddings must be True or False"):
+        shape_from_config(cfg)
+
+
+@pytest.mark.parametrize("key", ["num_hidden_layers", "hidden_size", "vocab_size", "intermediate_size"])
+def test_hf_config_counts_past_any_model_are_refused_not_overflowed(key):
+    """A config with 10**400 layers ended in an OverflowError traceback from the FLOP count."""
+    with pytest.raises(ValueError, match=rf"cfg {key}=<int of 401 digits> is not valid"):
+        labkit.shapes.from_hf_config(dict(_LLAMA, **{key: 10**400}))
+    from labkit.integrations.shapes import shape_from_config
+
+    if key in ("num_hidden_layers", "hidden_size", "vocab_size"):
+        with pytest.raises(ValueError, match=r"config .*=<int of 401 digits> is not valid"):
+            shape_from_config(types.SimpleNamespace(**dict(_LLAMA, **{key: 10**400})))
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: labkit.claims.stored_claims({}), r"nb must be a parsed notebook .*got keys \[\]"),
+    (lambda: labkit.claims.stored_claims(None), r"nb must be a parsed notebook .*got NoneType"),
+    (lambda: labkit.claims.stored_claims({"cells": [3]}), r"cells\[0\] is int"),
+    (lambda: labkit.faults.public_record(None, 3), r"record must be a labkit.record.RunRecord, got NoneType"),
+])
+def test_claims_and_faults_refuse_what_they_cannot_read(call, match):
+    """``stored_claims({})`` raised KeyError, ``public_record(None)`` AttributeError."""
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -389,3 +389,54 @@ def test_binary_files_decoded_with_replacement(name, tmp_path):
         result, err, took = _run(p, text, tmp_path)
         assert took < 1.0, f"{p} took {took:.2f} s on {name}"
         assert err is not None or _flagged(p, result), f"{p} made something of {name}"
+
+
+# ---------------------------------------------------------------- issue #28: plausibility of what parsers read
+def _nccl_tests_text():
+    from labkit.paths import dataset
+
+    return dataset("comm", "nccl_tests_all_reduce_h100_nvlink_8gpu.SYNTHETIC.txt").read_text()
+
+
+def test_nccl_tests_row_whose_busbw_is_not_algbw_times_the_bus_factor_is_a_bad_line():
+    """busbw is algbw × 2(n−1)/n for all_reduce: a row with busbw 10× algbw was kept as a measurement."""
+    from labkit.comm.parse import parse_nccl_tests
+
+    lines = _nccl_tests_text().splitlines()
+    k = next(i for i, ln in enumerate(lines) if ln.strip().startswith("33554432"))
+    toks = lines[k].split()
+    toks[7] = f"{float(toks[6]) * 10:.2f}"                     # oop_busbw := 10 × oop_algbw
+    lines[k] = "  ".join(toks)
+    good = parse_nccl_tests(_nccl_tests_text())
+    r = parse_nccl_tests("\n".join(lines))
+    assert len(r.rows) == len(good.rows) - 1 and 33554432 not in set(r.rows["size"])
+    (line, why, _), = [e for e in r.errors if e[0] == k + 1]
+    assert "field oop_busbw=" in why and "10.00 x oop_algbw" in why and "all_reduce on 8 ranks" in why
+    assert not good.errors
+
+
+@pytest.mark.parametrize("field,value", [("nGpus", "999999999"), ("nThread", "0"), ("nGpus", "-3")])
+def test_nccl_tests_implausible_header_counts(field, value):
+    from labkit.comm.parse import parse_nccl_tests
+
+    text = "# nThread 1 nGpus 8 minBytes 8 maxBytes 128 step: 2(factor)\n".replace(
+        f"{field} {'1' if field == 'nThread' else '8'}", f"{field} {value}")
+    text += "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+    text += "           8             2     float     sum      -1     25.30    0.00    0.00      0     25.10    0.00    0.00      0\n"
+    r = parse_nccl_tests(text)
+    assert any(f"field {field}={value} is not plausible" in why for _, why, _ in r.errors), r.errors
+    assert field not in r.params
+
+
+@pytest.mark.parametrize("msg,match", [
+    ("comm 0x1 rank 0 nRanks 16 nNodes 0 localRanks 8", r"field nNodes=0 is not plausible for nRanks=16"),
+    ("comm 0x1 rank 0 nRanks 999999999 nNodes 2 localRanks 8", r"field nRanks=999999999 is not plausible"),
+    ("comm 0x1 rank 0 nRanks 4 nNodes 9 localRanks 8", r"field nNodes=9 is not plausible for nRanks=4"),
+])
+def test_nccl_debug_implausible_ranks_and_nodes(msg, match):
+    from labkit.comm.parse import parse_nccl_debug
+
+    info = parse_nccl_debug(f"host1:12:13 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\nhost1:12:13 [0] NCCL INFO {msg}\n")
+    assert info.nnodes is None and info.nranks is None
+    (line, why, _), = info.errors
+    assert line == 2 and re.search(match, why) and why.startswith("line 2: field")

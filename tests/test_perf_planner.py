@@ -24,7 +24,7 @@ def test_ranked_feasible_and_within_memory(slow_70b):
     assert steps == sorted(steps) and len(steps) > 10
     for x in p.predictions:
         assert x.layout.world_size == c.n_gpus and x.memory["total"] <= p.memory_limit
-        assert 64 % x.layout.tp == 0 and 80 % x.layout.pp == 0
+        assert 64 % x.layout.tp == 0 and x.layout.pp <= 80 and -(-80 // x.layout.pp) * x.layout.pp / 80 <= 1.25
     assert p.rejected and all("GiB" in why for _, why in p.rejected)
     t = p.table(5)
     assert list(t["rank"]) == [1, 2, 3, 4, 5]
@@ -86,7 +86,9 @@ def test_interleaved_schedules_are_searched_and_shrink_the_bubble():
     args = dict(global_batch=64, seq_len=4096, micro_batches=(1,), strategies=("zero1",), recompute=("selective",))
     p = plan("llama3-70b", cluster("a100-25gbe"), **args)
     by = {(q.layout.dp, q.layout.tp, q.layout.pp, q.layout.virtual_stages): q for q in p.predictions}
-    pairs = [(k, k[:3] + (v,)) for k in by if k[3] == 1 and k[2] > 1 for v in (2, 4) if k[:3] + (v,) in by]
+    # even splits (uneven stages also price the slowest stage's extra layers: compared in the test below)
+    pairs = [(k, k[:3] + (v,)) for k in by if k[3] == 1 and k[2] > 1 and 80 % (k[2] * 4) == 0 for v in (2, 4)
+             if k[:3] + (v,) in by]
     assert pairs, sorted(by)
     for one, inter in pairs:
         a, b = by[one], by[inter]
@@ -125,3 +127,35 @@ def test_context_and_expert_parallel_are_searched_where_they_divide():
         plan("llama3-8b", cluster("dgx-a100"), context_parallel=(0,), **args)
     with pytest.raises(ValueError, match="expert_parallel must be a non-empty list"):
         plan("llama3-8b", cluster("dgx-a100"), expert_parallel=(), **args)
+
+
+# ---------------------------------------------------------------- issue #28
+def test_llama3_405b_on_16384_h100s_considers_pp16_over_126_layers():
+    """The published layout is PP16 over 126 layers (uneven stages, Dubey et al. 2024 §3.3.2); the planner
+    tried only pp dividing the layers (1 and 2). The imbalance is priced as predict prices it."""
+    p = plan("llama3-405b", cluster("dgx-h100", nodes=2048), global_batch=2048, seq_len=8192,
+             micro_batches=(1,), strategies=("zero1", "fsdp"), recompute=("none", "full"))
+    pp16 = p.best_with(pp=16)
+    assert 126 % 16 and pp16.layout.tp == 8 and 0 < pp16.mfu < 1
+    c = pp16.layout.pp * pp16.layout.virtual_stages
+    assert any(f"×{-(-126 // c) * c / 126:.3f}" in a for a in pp16.assumptions), pp16.assumptions
+    assert "Best with uneven pipeline stages" in p.explain()
+    even = [q for q in p.predictions if 126 % (q.layout.pp * q.layout.virtual_stages) == 0]
+    assert even and len(even) < len(p.predictions)
+
+
+def test_sequence_parallel_string_false_is_refused_not_read_as_true():
+    """sequence_parallel='False' gave 272 layouts sequence parallelism."""
+    for kw in (dict(sequence_parallel="False"), dict(flash_attention="false"), dict(allow_cross_node_tp=0)):
+        with pytest.raises(ValueError, match=rf"{next(iter(kw))} must be True or False"):
+            plan("llama3-8b", cluster("dgx-a100"), global_batch=64, seq_len=1024, **kw)
+
+
+def test_gpu_count_is_capped_and_divisors_come_from_factorisation():
+    from labkit.perf.planner import MAX_GPUS, _divisors
+
+    assert _divisors(1) == [1] and _divisors(126) == [1, 2, 3, 6, 7, 9, 14, 18, 21, 42, 63, 126]
+    assert all(_divisors(n) == [d for d in range(1, n + 1) if n % d == 0] for n in range(1, 400))
+    assert len(_divisors(2**40 * 3)) == 82 and _divisors(2**31 - 1) == [1, 2**31 - 1]     # a prime: √n steps
+    with pytest.raises(ValueError, match=r"is not valid for the planner: use at most 16,777,216"):
+        plan("llama3-8b", cluster("dgx-a100", nodes=MAX_GPUS), global_batch=64, seq_len=1024)

@@ -23,6 +23,8 @@ from pathlib import Path
 BAD_INPUT = (OSError, ValueError, TypeError, LookupError, EOFError, zlib.error)
 
 MAX_MESSAGE = 1000      # characters of one error line; --debug shows everything
+MAX_INPUT_MB = 128      # a text input (log, table, record, config) past this is refused while it is read;
+                        # LABKIT_MAX_INPUT_MB raises it
 
 
 def one_line(text: str) -> str:
@@ -63,11 +65,35 @@ def naming(path, what: str = "file", *, also: tuple = ()):
         raise ValueError(f"{what} {path}: {msg}") from e
 
 
+def max_input_bytes() -> int:
+    """The size limit of one text input: ``LABKIT_MAX_INPUT_MB`` (MB), else :data:`MAX_INPUT_MB`."""
+    import os
+
+    env = os.environ.get("LABKIT_MAX_INPUT_MB")
+    try:
+        mb = float(env) if env else MAX_INPUT_MB
+    except ValueError:
+        mb = float("nan")
+    if not 0 < mb < 1e9:
+        raise ValueError(f"environment variable LABKIT_MAX_INPUT_MB={env!r} is not valid: use a number of MB > 0")
+    return int(mb * 2**20)
+
+
+def _too_big(what, name, limit) -> ValueError:
+    return ValueError(f"{what} {name} is larger than the limit of {limit / 2**20:,.0f} MB (is it the right "
+                      "file? /dev/zero and other endless streams are refused; LABKIT_MAX_INPUT_MB raises the limit)")
+
+
 def read_bytes(path, what: str = "file") -> bytes:
-    """The bytes of a regular, non-empty file; ValueError naming it for a missing path, a folder or an
-    empty file. ``"-"`` reads stdin."""
+    """The bytes of a regular, non-empty file; ValueError naming it for a missing path, a folder, an
+    empty file or one past :func:`max_input_bytes` (checked while reading: an endless stream such as
+    ``/dev/zero`` ends in one error). ``"-"`` reads stdin."""
+    limit = max_input_bytes()
     if str(path) == "-":
-        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        src = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
+        data = src.read(limit + 1) if src is not None else sys.stdin.read(limit + 1).encode()
+        if len(data) > limit:
+            raise _too_big(what, "from stdin", limit)
         if not data.strip():
             raise ValueError(f"{what} from stdin is empty")
         return data
@@ -77,9 +103,12 @@ def read_bytes(path, what: str = "file") -> bytes:
     if p.is_dir():
         raise ValueError(f"{what} {p} is a folder, not a file")
     try:
-        data = p.read_bytes()
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)
     except OSError as e:
         raise ValueError(f"{what} {p} cannot be read ({e.strerror or e})") from e
+    if len(data) > limit:
+        raise _too_big(what, p, limit)
     if not data.strip():
         raise ValueError(f"{what} {p} is empty")
     return data

@@ -106,8 +106,9 @@ def run_parse(args) -> int:
     text = read_text(args.file, "input file")      # a folder, an empty or a binary file: one line naming it
     with naming("stdin" if args.file == "-" else args.file, "input file"):
         kind, out, table = _parse(args, comm, text)
+    del text
     if args.json:
-        print(json.dumps(out, indent=2, default=str))
+        _print_json(out)
         return 0
     print(f"{kind}: {out['summary']}")
     print(table)
@@ -128,7 +129,7 @@ def _parse(args, comm, text: str) -> tuple[str, dict, str]:
     elif kind == "nccl-debug":
         out = {"kind": kind, "summary": r.summary(), "version": r.version, "nranks": r.nranks, "nnodes": r.nnodes,
                "network": r.network, "n_channels": r.n_channels, "transports": dict(r.transports), "env": r.env,
-               "warnings": r.warnings, "records": r.records}
+               "warnings": r.warnings, "records": r.iter_records()}
         table = "\n".join(f"  {k}: {v}" for k, v in out.items() if k not in ("kind", "summary", "records"))
     else:
         out = {"kind": kind, "summary": r.summary(), "devices": r.devices, "links": r.links,
@@ -136,6 +137,23 @@ def _parse(args, comm, text: str) -> tuple[str, dict, str]:
         table = r.to_frame().to_string()
     out["errors"] = [{"line": n, "reason": why} for n, why, _ in r.errors]
     return kind, out, table
+
+
+def _print_json(out: dict) -> None:
+    """``out`` as indented JSON; a ``records`` iterator is written one record at a time (a million-line
+    NCCL log's records never sit in memory as one string)."""
+    import sys
+
+    records = out.pop("records", None)
+    head = json.dumps(out, indent=2, default=str)
+    if records is None:
+        print(head)
+        return
+    w = sys.stdout.write
+    w(head[:-2] + ',\n  "records": [')
+    for k, rec in enumerate(records):
+        w(("," if k else "") + "\n    " + json.dumps(rec, default=str))
+    w("\n  ]\n}\n")
 
 
 def run_model(args) -> int:

@@ -62,8 +62,18 @@ def _run(args) -> int:
 
     if args.nprocs < 1 or args.steps < 1:
         raise ValueError(f"--nprocs={args.nprocs} and --steps={args.steps} must be >= 1")
+    for opt in ("record", "trace", "out"):
+        v = getattr(args, opt)
+        if v is not None and not v.strip():
+            raise ValueError(f"--{opt}={v!r} is not valid: name a file or folder (an empty path would "
+                             + ("quietly run the default workload)" if opt != "out" else "write into the current folder)"))
     if args.record and args.inject:
         raise ValueError("--record reads a finished run; it cannot be combined with --inject")
+    if args.trace and args.inject:
+        raise ValueError(f"--trace {args.trace} reads a finished run's trace and --inject {args.inject} runs a new "
+                         "workload (whose own trace would be diagnosed instead): give one of them")
+    if args.out and (args.record or args.trace):
+        raise ValueError("--out is where a workload run writes its traces; with --record/--trace nothing runs")
     from labkit.cli import _model_flops
 
     if _model_flops.given(args) and (not args.trace or args.inject):

@@ -62,6 +62,8 @@ def register(subparsers) -> None:
     q.add_argument("--cps", default="1", help="comma-separated CP degrees tried where they divide, e.g. 1,2,4,8 for long "
                                               "sequences (default 1: CP's model omits costs that matter at short ones)")
     q.add_argument("--eps", default="1,2,4,8", help="comma-separated EP degrees tried on a MoE model (default 1,2,4,8)")
+    q.add_argument("--pps", help="comma-separated PP degrees tried (default: every one that splits the layers "
+                                 "within 25 %% of even, uneven stages included)")
     q.set_defaults(func=run_plan)
 
 
@@ -116,7 +118,8 @@ def run_plan(args) -> int:
     res = plan(_model(args.model), _cluster(args), global_batch=args.global_batch, seq_len=args.seq_len,
                achievable=args.achievable, method=args.method, dtype=args.dtype, strategies=strategies,
                allow_cross_node_tp=args.allow_cross_node_tp, memory_fraction=args.memory_fraction, n_gpus=args.gpus,
-               context_parallel=_degrees("--cps", args.cps), expert_parallel=_degrees("--eps", args.eps))
+               context_parallel=_degrees("--cps", args.cps), expert_parallel=_degrees("--eps", args.eps),
+               pipeline_parallel=_degrees("--pps", args.pps) if args.pps is not None else None)
     table = res.table(top)
     if args.json:
         print(json.dumps({"model": res.model, "cluster": res.cluster.name, "global_batch": res.global_batch,

@@ -60,6 +60,11 @@ def read_samples(path) -> list[float]:
             doc = doc["samples"] if "samples" in doc else record_samples(RunRecord.from_dict(doc))
     if not isinstance(doc, list):
         raise ValueError(f"{what} {path}: expected a list of numbers, an object with 'samples' or a run record")
+    from labkit.regress import MAX_SAMPLES
+
+    if len(doc) > MAX_SAMPLES:
+        raise ValueError(f"{what} {path} holds {len(doc):,} values, more than the {MAX_SAMPLES:,} a baseline keeps "
+                         "(repeated measurements of one metric: a few to a few thousand)")
     values = []
     for i, x in enumerate(doc):
         try:

@@ -56,6 +56,19 @@ def _path(args) -> str:
     return str(dataset(*EXAMPLES[args.example][0]))
 
 
+def _add_limits(parser) -> None:
+    parser.add_argument("--max-mb", type=float, help="refuse a rank's trace that inflates past this many MB "
+                        "(default 2048, or LABKIT_TRACE_MAX_MB)")
+    parser.add_argument("--max-events", type=int, help="refuse a rank's trace with more events than this "
+                        "(default 20,000,000, or LABKIT_TRACE_MAX_EVENTS)")
+    parser.add_argument("--workers", type=int, help="processes reading the ranks' traces (default: the cores "
+                        "this process may use, or LABKIT_TRACE_WORKERS)")
+
+
+def _limits(args) -> dict:
+    return {"max_mb": args.max_mb, "max_events": args.max_events, "workers": args.workers}
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("trace", help="analyse profiler traces (breakdown, overlap, stragglers)",
                               description="Read torch.profiler Chrome traces (.json/.json.gz, CPU or GPU).")
@@ -67,6 +80,7 @@ def register(subparsers) -> None:
     a.add_argument("--json", action="store_true", help="print JSON instead of the text summary")
     a.add_argument("--allow-mixed", action="store_true",
                    help="analyse a folder whose files look like different runs (refused by default)")
+    _add_limits(a)
     from labkit.cli import _model_flops
 
     _model_flops.add(a)
@@ -75,6 +89,7 @@ def register(subparsers) -> None:
                        epilog=_examples_help(), formatter_class=RawDescriptionHelpFormatter)
     _add_path(h)
     h.add_argument("--json", action="store_true")
+    _add_limits(h)
     h.set_defaults(func=_hta)
     s = sub.add_parser("synth", help="write SYNTHETIC GPU-style traces with known answers")
     s.add_argument("out", help="output folder")
@@ -98,7 +113,7 @@ def _analyze(args) -> int:
     mfu_kw = _model_flops.resolve(args)           # a bad --model-config is named before the trace is read
     path = _path(args)
     with naming(path, "trace"):
-        res = analyze(path, steps=args.steps, allow_mixed=args.allow_mixed)
+        res = analyze(path, steps=args.steps, allow_mixed=args.allow_mixed, **_limits(args))
     record = res.update_record(RunRecord(label="trace"), **mfu_kw) if mfu_kw else None
     if args.json:
         doc = res.to_dict()
@@ -116,8 +131,8 @@ def _hta(args) -> int:
 
     path = _path(args)
     with naming(path, "trace"):
-        tb = hta_temporal_breakdown(path)
-        ov = hta_comm_comp_overlap(path)
+        tb = hta_temporal_breakdown(path, **_limits(args))
+        ov = hta_comm_comp_overlap(path, **_limits(args))
     if args.json:
         print(json.dumps({"temporal_breakdown": tb.to_dict("records"),
                           "comm_comp_overlap": ov.to_dict("records")}, indent=2, default=str))

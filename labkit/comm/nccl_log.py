@@ -72,12 +72,22 @@ class NcclDebugInfo:
     warnings: list = field(default_factory=list)
     errors: list = field(default_factory=list)   # (line number, reason, line)
     n_lines: int = 0
-    records: list = field(default_factory=list)  # one dict per NCCL line, keys RECORD_COLUMNS
+    rows: list = field(default_factory=list, repr=False)   # one tuple per NCCL line, in RECORD_COLUMNS order
+
+    @property
+    def records(self) -> list[dict]:
+        """One dict per NCCL line, keys :data:`RECORD_COLUMNS` (made on demand from :attr:`rows`: a
+        tuple per line keeps a million-line log in a fifth of the memory)."""
+        return [dict(zip(RECORD_COLUMNS, r, strict=True)) for r in self.rows]
+
+    def iter_records(self):
+        """The records one at a time (what a streaming writer needs)."""
+        return (dict(zip(RECORD_COLUMNS, r, strict=True)) for r in self.rows)
 
     def table(self) -> pd.DataFrame:
         """The records as a DataFrame (columns :data:`RECORD_COLUMNS`; None where a line does not say).
         ``n_channels`` is the count a line states ("Channel 01/02" → 2; "32 coll channels" → 32)."""
-        df = pd.DataFrame(self.records, columns=RECORD_COLUMNS)
+        df = pd.DataFrame(self.rows, columns=RECORD_COLUMNS)
         return df.astype({c: "Int64" for c in _INT_COLUMNS})
 
     def summary(self) -> str:
@@ -119,6 +129,7 @@ def parse_nccl_debug(text: str) -> NcclDebugInfo:
         raise ArgumentTypeError(f"text must be a str (an NCCL_DEBUG=INFO log), got {type(text).__name__}")
     info = NcclDebugInfo()
     hosts, channels_max, ring_seen = set(), 0, set()
+    rows = info.rows
     for i, raw in enumerate(text.splitlines(), 1):
         if "NCCL" not in raw:
             continue
@@ -127,14 +138,13 @@ def parse_nccl_debug(text: str) -> NcclDebugInfo:
             continue
         line = strip_prefix(raw)
         m = _NCCL_TAIL.search(line)
-        bare = _VERSION.match(line)
-        if bare and not m:   # rank 0 prints the version without the host:pid:tid header
-            info.version, info.cuda = bare.group(1), bare.group(2)
-            info.n_lines += 1
-            info.records.append(_record(i, None, None, "VERSION", line.strip()))
-            continue
         if not m:
-            if "NCCL INFO" in line or "NCCL WARN" in line:
+            bare = _VERSION.match(line)
+            if bare:   # rank 0 prints the version without the host:pid:tid header
+                info.version, info.cuda = bare.group(1), bare.group(2)
+                info.n_lines += 1
+                rows.append(_record(i, None, None, "VERSION", line.strip()))
+            elif "NCCL INFO" in line or "NCCL WARN" in line:
                 info.errors.append((i, "NCCL line without the 'host:pid:tid [dev]' header", raw))
             continue
         info.n_lines += 1
@@ -142,19 +152,19 @@ def parse_nccl_debug(text: str) -> NcclDebugInfo:
         if head:
             hosts.add(head[0])
         msg = m.group(7).strip()
-        info.records.append(_record(i, head, m, m.group(6), msg))
+        rec = _record(i, head, m, m.group(6), msg)
+        rows.append(rec)
         if m.group(6) == "WARN":
             info.warnings.append(msg)
             continue
-        if info.records[-1]["n_channels"] and "channels" in msg:     # "32 coll channels, ..." (init)
-            channels_max = max(channels_max, info.records[-1]["n_channels"])
+        if rec[_NCH] and "channels" in msg:     # "32 coll channels, ..." (init)
+            channels_max = max(channels_max, rec[_NCH])
         try:
-            _parse_debug_msg(msg, info, ring_seen)
-            c = re.match(r"^(?:Channel|Ring)\s+(\d+)(?:/(\d+))?", msg)
-            if c:
-                channels_max = max(channels_max, int(c.group(1)) + 1)
-                if c.group(2) and int(c.group(2)) > 0 and " via " not in msg:
-                    channels_max = max(channels_max, int(c.group(2)))
+            _parse_debug_msg(msg, info, ring_seen, i)
+            if rec[_CH] is not None:
+                channels_max = max(channels_max, rec[_CH] + 1)
+                if rec[_NCH] and " via " not in msg:
+                    channels_max = max(channels_max, rec[_NCH])
         except (ValueError, IndexError) as e:
             info.errors.append((i, str(e), raw))
     info.hosts = sorted(hosts)
@@ -174,70 +184,104 @@ def _header(line: str, end: int) -> tuple[str, int, int] | None:
     return (m.group(3)[::-1], int(m.group(2)[::-1]), int(m.group(1)[::-1])) if m else None
 
 
-def _record(i: int, head, m, level: str, msg: str) -> dict:
-    """One line's record: who printed it (header, device), where (file:line), and the rank, comm, rank
-    count and channel figures its message states."""
-    rec = dict.fromkeys(RECORD_COLUMNS)
-    rec.update(line=i, level=level, message=msg)
+_NCH, _CH = RECORD_COLUMNS.index("n_channels"), RECORD_COLUMNS.index("channel")
+
+
+def _record(i: int, head, m, level: str, msg: str) -> tuple:
+    """One line's record (a tuple in :data:`RECORD_COLUMNS` order): who printed it (header, device),
+    where (file:line), and the rank, comm, rank count and channel figures its message states. Each
+    pattern runs only when a substring it needs is in the message (most lines have none)."""
+    host = pid = tid = device = time_ms = file = file_line = function = None
     if head:
-        rec["host"], rec["pid"], rec["tid"] = head
+        host, pid, tid = head
     if m is not None:
-        rec["device"] = int(m.group(1))
-        rec["time_ms"] = float(m.group(2)) if m.group(2) else None
-        rec["file"] = m.group(3)
-        rec["file_line"] = int(m.group(4)) if m.group(4) else None
-        rec["function"] = m.group(5) or (m.group(3) if m.group(2) else None)   # TRACE prints func:line
-        if m.group(2):
-            rec["file"] = None
-    sub = _SUBSYS.match(msg)
-    rec["subsystem"] = sub.group(1) if sub else None
-    for key, pat in (("comm", _COMM), ("comm_id", _COMM_ID), ("rank", _RANK), ("nranks", _NRANKS)):
-        f = pat.search(msg)
-        if f:
-            rec[key] = f.group(1) if key.startswith("comm") else int(f.group(1))
-    c = _CHANNEL_OF.match(msg)
+        device = int(m.group(1))
+        t, file, fl, fn = m.group(2), m.group(3), m.group(4), m.group(5)
+        time_ms = float(t) if t else None
+        file_line = int(fl) if fl else None
+        function = fn or (file if t else None)      # TRACE prints func:line
+        if t:
+            file = None
+    sub = _SUBSYS.match(msg) if " : " in msg else None
+    comm = comm_id = rank = nranks = channel = n_channels = None
+    if "comm " in msg:
+        f = _COMM.search(msg)
+        comm = f.group(1) if f else None
+    if "commId" in msg:
+        f = _COMM_ID.search(msg)
+        comm_id = f.group(1) if f else None
+    if "rank " in msg:
+        f = _RANK.search(msg)
+        rank = int(f.group(1)) if f else None
+    if "anks " in msg:
+        f = _NRANKS.search(msg)
+        nranks = int(f.group(1)) if f else None
+    c = _CHANNEL_OF.match(msg) if msg[:1] in ("C", "R") else None
     if c:
-        rec["channel"] = int(c.group(1))
+        channel = int(c.group(1))
         if c.group(2) and int(c.group(2)) > 0 and " via " not in msg:
-            rec["n_channels"] = int(c.group(2))
-    else:
+            n_channels = int(c.group(2))
+    elif "channels" in msg:
         counts = _CHANNELS.findall(msg)      # "32 coll channels, 16 nvls channels, 32 p2p channels ..."
         if counts:
-            rec["n_channels"] = max(int(n) for n, _ in counts)
-    return rec
+            n_channels = max(int(n) for n, _ in counts)
+    return (i, host, pid, tid, device, level, file, file_line, function, time_ms,
+            sub.group(1) if sub else None, msg, comm, comm_id, rank, nranks, channel, n_channels)
 
 
-def _parse_debug_msg(msg: str, info: NcclDebugInfo, ring_seen: set) -> None:
-    m = re.match(r"NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?", msg)
-    if m:
-        info.version, info.cuda = m.group(1), m.group(2)
-        return
-    m = re.match(r"^Using network (\S+)", msg)
-    if m:
-        info.network = m.group(1)
-        return
-    m = _ENV.match(msg)
-    if m:                                   # "NCCL_IB_DISABLE set by environment to 1."
-        value = msg[m.end():].rstrip()
-        info.env[m.group(1)] = value[:-1] if value.endswith(".") else value
-        return
-    m = re.search(r"\brank \d+ n[Rr]anks (\d+)(?: nNodes (\d+))?", msg)
-    if m:
-        info.nranks = max(info.nranks or 0, int(m.group(1)))
-        if m.group(2):
-            info.nnodes = int(m.group(2))
-        return
-    m = re.search(r"\bvia (\S+(?: pointer)?)", msg)
-    if m:
-        info.transports[_transport_kind(m.group(1))] += 1
-        return
-    m = _RING.match(msg)
-    if m:
-        order = [int(x) for x in re.findall(r"-?\d+", m.group(2))]
-        key = (int(m.group(1)), tuple(order))
-        if key not in ring_seen:
-            ring_seen.add(key)
-            info.rings.append(order)
-        return
+_MSG_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?")
+_MSG_NETWORK = re.compile(r"^Using network (\S+)")
+_MSG_NRANKS = re.compile(r"\brank \d+ n[Rr]anks (\d+)(?: nNodes (\d+))?")
+_MSG_VIA = re.compile(r"\bvia (\S+(?: pointer)?)")
+_INT = re.compile(r"-?\d+")
+_TREE = re.compile(r"\[\d+\]\s*(\S+)")
+MAX_RANKS = 1 << 24        # far past any job (the largest published runs use ~10^5 GPUs)
+
+
+def _parse_debug_msg(msg: str, info: NcclDebugInfo, ring_seen: set, i: int = 0) -> None:
+    if msg.startswith("NCCL version"):
+        m = _MSG_VERSION.match(msg)
+        if m:
+            info.version, info.cuda = m.group(1), m.group(2)
+            return
+    if msg.startswith("Using network"):
+        m = _MSG_NETWORK.match(msg)
+        if m:
+            info.network = m.group(1)
+            return
+    if msg.startswith("NCCL_"):
+        m = _ENV.match(msg)
+        if m:                                   # "NCCL_IB_DISABLE set by environment to 1."
+            value = msg[m.end():].rstrip()
+            info.env[m.group(1)] = value[:-1] if value.endswith(".") else value
+            return
+    if "anks " in msg:
+        m = _MSG_NRANKS.search(msg)
+        if m:
+            n = int(m.group(1))
+            if not 1 <= n <= MAX_RANKS:
+                raise ValueError(f"line {i}: field nRanks={n} is not plausible (a job has 1 to {MAX_RANKS:,} ranks)")
+            if m.group(2) is not None:
+                nodes = int(m.group(2))
+                if not 1 <= nodes <= n:
+                    raise ValueError(f"line {i}: field nNodes={nodes} is not plausible for nRanks={n} "
+                                     "(use 1 <= nNodes <= nRanks)")
+                info.nnodes = nodes
+            info.nranks = max(info.nranks or 0, n)
+            return
+    if "via " in msg:
+        m = _MSG_VIA.search(msg)
+        if m:
+            info.transports[_transport_kind(m.group(1))] += 1
+            return
+    if msg[:1] in ("C", "R"):
+        m = _RING.match(msg)
+        if m:
+            order = [int(x) for x in _INT.findall(m.group(2))]
+            key = (int(m.group(1)), tuple(order))
+            if key not in ring_seen:
+                ring_seen.add(key)
+                info.rings.append(order)
+            return
     if msg.startswith("Trees"):
-        info.trees.extend(re.findall(r"\[\d+\]\s*(\S+)", msg))
+        info.trees.extend(_TREE.findall(msg))

@@ -171,7 +171,7 @@ def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
     """
     if not isinstance(text, str):
         raise ArgumentTypeError(f"text must be a str (nccl-tests output), got {type(text).__name__}")
-    rows, errors, devices, params, opts = [], [], [], {}, {}
+    rows, errors, devices, params, opts, row_lines = [], [], [], {}, {}, []
     lead, fmt, avg, oob, oob_status, found_op, row_fmt = None, None, None, None, None, None, None
     if op is not None:
         found_op = canonical_op(op)
@@ -219,7 +219,11 @@ def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
             elif body.startswith("nThread"):
                 toks = body.split()
                 for k, v in zip(toks[0::2], toks[1::2], strict=False):
-                    params[k.rstrip(":")] = v
+                    k = k.rstrip(":")
+                    if k in _COUNT_LIMITS and (not v.isdigit() or not 1 <= int(v) <= _COUNT_LIMITS[k]):
+                        errors.append((i, f"field {k}={v[:30]} is not plausible (use 1 to {_COUNT_LIMITS[k]:,})", raw))
+                        continue
+                    params[k] = v
             elif re.match(r"^Rank\s+\d+", body):
                 devices.append(body)
             continue
@@ -231,14 +235,51 @@ def parse_nccl_tests(text: str, *, op: str | None = None) -> NcclTestsResult:
             # without a header: 3 or 4 lead columns are old; with 5, a float in the 4th measure (0e+00) is old
             old = fmt == "old" if use is lead else (len(use) < 5 or any(c in toks[len(use) + 3] for c in ".eE"))
             rows.append(_parse_row(toks, use, old))
+            row_lines.append((i, raw))
             row_fmt = row_fmt or ("old" if old else "new")
         except (ValueError, IndexError) as e:
             errors.append((i, str(e), raw))
-    df = pd.DataFrame(rows, columns=_COLS)
     nranks, source = _nranks(devices, params, opts)
+    if nranks is not None and nranks > MAX_RANKS:
+        errors.append((0, f"{nranks:,} ranks (from {source}) is not plausible (at most {MAX_RANKS:,})", ""))
+        nranks, source = None, None
+    rows, bad = _check_busbw(rows, row_lines, found_op, nranks)
+    errors = sorted(errors + bad, key=lambda e: e[0])
+    df = pd.DataFrame(rows, columns=_COLS)
     return NcclTestsResult(rows=df, avg_busbw=avg, errors=errors, op=found_op, nranks=nranks, params=params,
                            devices=devices, out_of_bounds=oob, out_of_bounds_status=oob_status,
                            format=fmt or row_fmt, nranks_from=source)
+
+
+MAX_RANKS = 1 << 24                                   # far past any job
+_COUNT_LIMITS = {"nThread": 1024, "nGpus": 1024}      # per process: threads and GPUs one process drives
+
+
+def _check_busbw(rows, row_lines, op, nranks):
+    """Rows whose busbw is not algbw × nccl-tests' bus factor (within the 2-decimal rounding and 2 %) go to
+    the errors: busbw is computed from algbw (``doc/PERFORMANCE.md``), so a row where it is 10× algbw was
+    not printed by nccl-tests. Unknown op or rank count: the largest factor any op has (2)."""
+    from labkit.comm.models import bus_factor
+
+    if op is not None and nranks:
+        lo = hi = bus_factor(op, nranks)
+        what = f"{op} on {nranks} ranks has busbw = {lo:.3f} x algbw"
+    else:
+        lo, hi = 0.0, 2.0
+        what = "busbw is at most 2 x algbw for every collective"
+    keep, bad = [], []
+    for r, (i, raw) in zip(rows, row_lines, strict=True):
+        why = None
+        for pre in ("oop", "ip"):
+            a, b = r.get(f"{pre}_algbw"), r.get(f"{pre}_busbw")
+            if a is None or b is None:
+                continue
+            tol = 0.006 * (1 + hi) + 0.02 * b
+            if b < a * lo - tol or b > a * hi + tol:
+                why = f"line {i}: field {pre}_busbw={b:g} is {b / a if a else float('inf'):.2f} x {pre}_algbw={a:g}; {what}"
+                break
+        (bad.append((i, why, raw)) if why else keep.append(r))
+    return keep, bad
 
 
 def _nranks(devices: list, params: dict, opts: dict) -> tuple[int | None, str | None]:

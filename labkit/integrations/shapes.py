@@ -33,16 +33,20 @@ def shape_from_config(cfg, seq_len: int | None = None) -> ModelShape:
     if missing:
         raise ValueError(f"config={type(cfg).__name__}: no {', '.join(missing)} found; pass flops_per_token= "
                          "yourself (labkit.flops.model_flops_per_token of a ModelShape you build)")
+    big = 2**40          # a stated size past this is no real model (and would overflow the FLOP count)
+    layers, d, heads, vocab = (checks.count(f"config {n}", v, at_most=big) for n, v in
+                               (("layers", layers), ("hidden size", d), ("heads", heads), ("vocab_size", vocab)))
     gpt2_style = getattr(cfg, "n_embd", None) is not None
     swiglu = not gpt2_style and getattr(cfg, "intermediate_size", None) is not None
-    experts = _get(cfg, "num_local_experts", "num_experts", default=1)
+    experts = checks.count("config num_local_experts", _get(cfg, "num_local_experts", "num_experts", default=1),
+                           at_most=big)
     T = seq_len if seq_len is not None else _get(cfg, "n_positions", "max_position_embeddings", default=2048)
     return ModelShape(
         n_layers=layers, d_model=d, n_heads=heads, vocab_size=vocab, seq_len=T,
         d_ff=_get(cfg, "n_inner", "intermediate_size"), n_kv_heads=_get(cfg, "num_key_value_heads"),
         ffn="swiglu" if swiglu else "gelu", n_experts=max(1, experts),
         top_k=_get(cfg, "num_experts_per_tok", default=1) if experts > 1 else 1,
-        tied_embeddings=bool(_get(cfg, "tie_word_embeddings", default=True)),
+        tied_embeddings=checks.flag("config.tie_word_embeddings", _get(cfg, "tie_word_embeddings", default=True)),
         head_dim=_get(cfg, "head_dim") if not gpt2_style else None,
         bias=gpt2_style, norm="layernorm" if gpt2_style else "rmsnorm",
         pos_emb="learned" if gpt2_style else "rope", name=str(getattr(cfg, "model_type", "") or ""))

@@ -1,7 +1,8 @@
 """The layout planner: enumerate the layouts of a model on a cluster, keep those that fit, rank them.
 
 For every dp × tp × pp × cp = GPUs (tp dividing the heads and, unless allowed, at most the GPUs of a node;
-pp dividing the layers; cp, of ``context_parallel``, dividing the sequence), every ep of ``expert_parallel``
+pp at most the layers, uneven stages included while the slowest stage holds at most ``MAX_IMBALANCE`` × the
+mean — Llama 3 405B ran PP16 over 126 layers, Dubey et al. 2024 §3.3.2 — its imbalance priced by predict; cp, of ``context_parallel``, dividing the sequence), every ep of ``expert_parallel``
 that divides dp and the experts of a MoE model (dense models: ep = 1), every pipeline schedule (``schedule``, and with pp > 1 the interleaved one with
 each of ``virtual_stages`` model chunks per stage that divides the layers: a smaller bubble, (p−1)/(v·m),
 for v times the pipeline sends), every micro-batch that divides the global batch, every DP strategy and every
@@ -29,8 +30,32 @@ from labkit.perf.predict import TERM_LABELS, TERMS, Prediction, predict, resolve
 __all__ = ["Plan", "plan"]
 
 
+MAX_GPUS = 2**24                # 16.7 M GPUs: two orders of magnitude past the largest published job
+MAX_IMBALANCE = 1.25            # uneven pipeline stages tried while the slowest stage has at most 25 % more layers
+
+
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of ``n``, sorted, from its prime factorisation (trial division up to √n, then products
+    of prime powers): O(√n) for the factorisation, not O(n) (a scan to n hung on 10**30 GPUs)."""
+    factors: dict[int, int] = {}
+    m, p = n, 2
+    while p * p <= m:
+        while m % p == 0:
+            factors[p] = factors.get(p, 0) + 1
+            m //= p
+        p += 1 if p == 2 else 2
+    if m > 1:
+        factors[m] = factors.get(m, 0) + 1
+    divs = [1]
+    for prime, k in factors.items():
+        divs = [d * prime**e for d in divs for e in range(k + 1)]
+    return sorted(divs)
+
+
+def _stage_imbalance(n_layers: int, chunks: int) -> float:
+    """Slowest stage's layers over the mean when ``n_layers`` are split over ``chunks`` model chunks
+    (⌈L/c⌉·c/L, as :func:`labkit.perf.predict.predict` prices it)."""
+    return -(-n_layers // chunks) * chunks / n_layers
 
 
 @dataclass(frozen=True)
@@ -47,6 +72,20 @@ class Plan:
     predictions: tuple
     rejected: tuple                  # (Layout, reason) pairs
     memory_limit: float
+    n_layers: int = 0
+
+    @property
+    def _layers(self) -> int:
+        return self.n_layers or 1
+
+    def best_with(self, **degrees) -> Prediction:
+        """The best feasible prediction whose layout has the given degrees (``best_with(pp=16)``); ValueError
+        when none has. Taught in chapter 24."""
+        for p in self.predictions:
+            if all(getattr(p.layout, k) == v for k, v in degrees.items()):
+                return p
+        raise ValueError(f"no feasible layout of {self.model} with {degrees}: of {len(self.predictions)} feasible "
+                         f"layouts none has it ({len(self.rejected)} set aside for memory)")
 
     @property
     def best(self) -> Prediction:
@@ -56,7 +95,7 @@ class Plan:
 
     def _why_none(self) -> str:
         if not self.rejected:
-            return "no layout satisfies the divisibility rules (tp | heads, pp | layers, micro-batch | batch)"
+            return "no layout satisfies the divisibility rules (tp | heads, pp <= layers with stages within 25 % of even, micro-batch | batch)"
         return (f"all {len(self.rejected)} candidates were set aside; e.g. {self.rejected[0][0].describe()}: "
                 f"{self.rejected[0][1]}")
 
@@ -110,6 +149,13 @@ class Plan:
             out.append(f"Best layout with TP across nodes: {x.layout.describe()} — {x.tokens_per_s:,.0f} tokens/s, "
                        f"its TP all-reduces {x.exposed_s.get('tp', 0) / x.step_s:.0%} of the step "
                        f"({best.tokens_per_s / x.tokens_per_s:.2f}× slower than the best).")
+        uneven = [p for p in self.predictions if p.layout.pp > 1 and self._layers % (p.layout.pp * p.layout.virtual_stages)]
+        if uneven:
+            u = uneven[0]
+            c = u.layout.pp * u.layout.virtual_stages
+            out.append(f"Best with uneven pipeline stages: {u.layout.describe()} — {self._layers} layers over {c} "
+                       f"model chunk(s), the slowest holding {-(-self._layers // c)} (compute ×"
+                       f"{_stage_imbalance(self._layers, c):.3f}): {u.tokens_per_s:,.0f} tokens/s, MFU {u.mfu:.1%}.")
         if self.rejected:
             out.append(f"{len(self.rejected)} layout(s) set aside for memory (limit {self.memory_limit / 2**30:.1f} GiB "
                        "per GPU).")
@@ -126,13 +172,16 @@ def plan(model, cluster: Cluster, *, global_batch: int, seq_len: int | None = No
          method: str = "palm", dtype: str = "bf16", strategies=STRATEGIES, recompute=RECOMPUTE,
          micro_batches=(1, 2, 4, 8), schedule: str = "1f1b", virtual_stages=(2, 4), allow_cross_node_tp: bool = False,
          sequence_parallel: bool = True, flash_attention: bool = True, memory_fraction: float = 0.9,
-         n_gpus: int | None = None, context_parallel=(1,), expert_parallel=(1, 2, 4, 8)) -> Plan:
+         n_gpus: int | None = None, context_parallel=(1,), expert_parallel=(1, 2, 4, 8),
+         pipeline_parallel=None) -> Plan:
     """Enumerate, predict and rank the layouts of ``model`` on ``cluster`` (module docstring).
 
     ``n_gpus``: GPUs to use (default all of the cluster). ``strategies``, ``recompute``,
     ``micro_batches``: the choices searched. ``virtual_stages``: model chunks per stage tried with the
     interleaved schedule when pp > 1 (``()``: only ``schedule``). ``allow_cross_node_tp``: also try tp > GPUs per node.
     ``context_parallel`` / ``expert_parallel``: the CP and EP degrees tried where they divide (``(1,)``: none).
+    ``pipeline_parallel``: the PP degrees tried (default None: every one that divides the GPUs and splits
+    the layers within ``MAX_IMBALANCE``, uneven stages included).
     CP is not searched by default: predict's CP term prices the K/V all-gathers only, not the lower
     achievable fraction of matmuls over s/cp tokens nor causal attention's load imbalance, so on ordinary
     sequence lengths it over-rates CP against TP (on Llama 3 70B over 25 GbE it would pick CP8 over TP8 inside
@@ -158,7 +207,16 @@ def plan(model, cluster: Cluster, *, global_batch: int, seq_len: int | None = No
     vs = tuple(checks.count("virtual_stages item", v, at_least=2) for v in virtual_stages)
     cps = tuple(checks.count("context_parallel item", c) for c in _seq("context_parallel", context_parallel))
     eps = tuple(checks.count("expert_parallel item", e) for e in _seq("expert_parallel", expert_parallel))
+    pps = None if pipeline_parallel is None else \
+        {checks.count("pipeline_parallel item", q) for q in _seq("pipeline_parallel", pipeline_parallel)}
     allow = checks.flag("allow_cross_node_tp", allow_cross_node_tp)
+    sp = checks.flag("sequence_parallel", sequence_parallel)
+    fa = checks.flag("flash_attention", flash_attention)
+    if world > MAX_GPUS:
+        raise ValueError(f"{world:,} GPUs is not valid for the planner: use at most {MAX_GPUS:,} (n_gpus, or fewer "
+                         "nodes in the cluster)" if world < 10**30 else
+                         f"a cluster of {checks.short_repr(world)} GPUs is not valid for the planner: use at most "
+                         f"{MAX_GPUS:,} (n_gpus, or fewer nodes in the cluster)")
     frac = checks.fraction("memory_fraction", memory_fraction, open_low=True)
     limit = frac * cluster.memory_bytes
     g = cluster.gpus_per_node
@@ -167,19 +225,21 @@ def plan(model, cluster: Cluster, *, global_batch: int, seq_len: int | None = No
         if shape.n_heads % tp or shape.d_model % tp or (tp > g and not allow):
             continue
         for pp in _divisors(world // tp):
-            if shape.n_layers % pp:
+            if pp > shape.n_layers or _stage_imbalance(shape.n_layers, pp) > MAX_IMBALANCE or \
+                    (pps is not None and pp not in pps):
                 continue
             for cp in sorted({c for c in cps if (world // (tp * pp)) % c == 0 and shape.seq_len % c == 0}):
                 dp = world // (tp * pp * cp)
                 moe = [e for e in eps if e > 1 and dp % e == 0 and shape.n_experts > 1 and shape.n_experts % e == 0]
-                scheds = [(schedule, 1)] + [("interleaved", v) for v in vs if pp > 1 and shape.n_layers % (pp * v) == 0]
+                scheds = [(schedule, 1)] + [("interleaved", v) for v in vs if pp > 1 and pp * v <= shape.n_layers
+                                            and _stage_imbalance(shape.n_layers, pp * v) <= MAX_IMBALANCE]
                 for mb, ep in product(mbs, sorted({1, *moe})):
                     if B % (mb * dp):
                         continue
                     for (sched, v), strat, rc in product(scheds, strategies if dp * cp > 1 else strategies[:1], recompute):
                         lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, strategy=strat, micro_batch=mb, schedule=sched,
                                      virtual_stages=v, recompute=rc, dtype=dtype,
-                                     sequence_parallel=sequence_parallel and tp > 1, flash_attention=flash_attention)
+                                     sequence_parallel=sp and tp > 1, flash_attention=fa)
                         p = predict(shape, lay, cluster, global_batch=B, achievable=achievable, method=method)
                         if p.memory["total"] > limit:
                             rejected.append((lay, f"needs {p.memory['total'] / 2**30:.1f} GiB per GPU > "
@@ -188,7 +248,7 @@ def plan(model, cluster: Cluster, *, global_batch: int, seq_len: int | None = No
                             preds.append(p)
     preds.sort(key=lambda p: (p.step_s, p.memory["total"]))
     return Plan(model=shape.name or "model", cluster=cluster, global_batch=B, seq_len=shape.seq_len,
-                predictions=tuple(preds), rejected=tuple(rejected), memory_limit=limit)
+                predictions=tuple(preds), rejected=tuple(rejected), memory_limit=limit, n_layers=shape.n_layers)
 
 
 def _seq(name: str, value) -> tuple:

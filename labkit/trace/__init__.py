@@ -3,7 +3,11 @@
 The face of the trace family; each file is one concept:
 
 - :mod:`labkit.trace.load` — read Chrome traces into flat numpy arrays, one rank per file
-  (:func:`load`, :func:`trace_files`, ``read_ranks``);
+  (:func:`load`, :func:`trace_files`);
+- :mod:`labkit.trace.fastload` — size and event limits checked while reading, typed decoding of only the
+  fields used (msgspec);
+- :mod:`labkit.trace.runs` — ``read_ranks``: every rank of a run, read in a process pool, checked to be
+  one run;
 - :mod:`labkit.trace.breakdown` — labkit's definitions of compute, exposed/hidden communication,
   memcpy, idle (host wait vs other) and data wait per step window;
 - :mod:`labkit.trace.analysis` — :func:`analyze` and its result :class:`TraceAnalysis` (tables,
@@ -25,7 +29,8 @@ from __future__ import annotations
 from labkit.trace.analysis import TraceAnalysis, analyze
 from labkit.trace.breakdown import COLUMNS, collective_type
 from labkit.trace.hta import hta_comm_comp_overlap, hta_summary, hta_temporal_breakdown
-from labkit.trace.load import NotATraceError, RankEvents, load, read_ranks, trace_files
+from labkit.trace.load import NotATraceError, RankEvents, load, trace_files
+from labkit.trace.runs import read_ranks
 from labkit.trace.synthetic import SyntheticSpec, synthesize_trace, synthesize_traces
 from labkit.trace.timeline import DDPTimeline, ddp_timeline
 

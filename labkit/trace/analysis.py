@@ -22,9 +22,11 @@ from typing import Any
 
 import numpy as np
 
+import labkit.intervals as iv
 from labkit import checks
 from labkit.trace.breakdown import COLUMNS, RankView
-from labkit.trace.load import CPU_OP, KERNEL, read_ranks
+from labkit.trace.load import CPU_OP, KERNEL
+from labkit.trace.runs import read_ranks
 from labkit.trace.stragglers import stragglers as _stragglers
 from labkit.units import GB, US
 
@@ -255,7 +257,8 @@ def _py(v):
     return v
 
 
-def analyze(path, *, steps=None, allow_mixed: bool = False) -> TraceAnalysis:
+def analyze(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_events=None,
+            workers=None) -> TraceAnalysis:
     """Analyse a trace file or a folder of per-rank trace files.
 
     ``steps``: None for every ``ProfilerStep`` in the trace (the whole window when there is none),
@@ -263,7 +266,9 @@ def analyze(path, *, steps=None, allow_mixed: bool = False) -> TraceAnalysis:
     look like different runs (:func:`labkit.trace.load.check_one_run`) instead of refusing it. Raises
     ValueError naming the file (and the event and field) for corrupt, truncated or invalid traces
     (non-finite times, wrong field types), for an empty ``path``, for a folder mixing runs, and when
-    the selected steps are not in the trace.
+    the selected steps are not in the trace. ``max_mb``/``max_events``: the per-file limits of
+    :func:`labkit.trace.fastload.limits` (a bigger file is refused while it is read); ``workers``: the
+    processes reading the ranks' files (:func:`labkit.trace.runs.read_ranks`).
 
     Taught in chapter 9.
     """
@@ -273,7 +278,7 @@ def analyze(path, *, steps=None, allow_mixed: bool = False) -> TraceAnalysis:
         if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
             raise checks.ArgumentTypeError(f"steps={steps!r} must be None or an iterable of step numbers")
         steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
-    events = read_ranks(path, allow_mixed=allow_mixed)
+    events = read_ranks(path, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events, workers=workers)
     views = [RankView(ev) for ev in events]
     kinds = {v.kind for v in views}
     kind = "gpu" if "gpu" in kinds else "cpu"
@@ -319,10 +324,9 @@ def _op_table(v: RankView, wins, cat, device):
     if idx.size == 0:
         return pd.DataFrame(columns=["name", "count", "total_s"])
     t = ev.ts[idx]
-    inside = np.zeros(idx.size, dtype=bool)
-    for w in wins:
-        lo, hi = (w[1], w[2]) if device else (w[3], w[4])
-        inside |= (t >= lo) & (t < hi)
+    lo, hi = iv.union([w[1] if device else w[3] for w in wins], [w[2] if device else w[4] for w in wins])
+    j = np.searchsorted(lo, t, side="right") - 1           # the merged window that may hold each event
+    inside = (j >= 0) & (t < hi[np.clip(j, 0, hi.size - 1)])
     idx = idx[inside]
     nid = ev.name_id[idx]
     cnt = np.bincount(nid, minlength=len(ev.names))

@@ -209,6 +209,7 @@ class RankView:
         self._mem_u = iv.union(ev.ts[self.mem_idx], end[self.mem_idx])
         if self.kind == "cpu":      # the main thread's ops minus collective launches/waits and the loader
             self._comp_u = iv.subtract(self._comp_u, not_compute)
+        self._dev_order = self._dev_starts = self._comp_cum = None
 
     def _main_thread(self) -> int:
         ev = self.ev
@@ -222,7 +223,11 @@ class RankView:
 
     # ------------------------------------------------------------------ windows
     def windows(self, steps=None) -> list[tuple[int, float, float, float, float]]:
-        """(step id, device start, device end, host start, host end) per selected step."""
+        """(step id, device start, device end, host start, host end) per selected step.
+
+        Linear in events: each device event is assigned to the step whose host range holds its launch
+        by one sorted search (the steps of one main thread do not overlap), then per-step minima and
+        maxima by one grouped reduction."""
         ev = self.ev
         unlinked = self.kind == "gpu" and bool(np.isnan(self.launch_ts[self.dev_idx]).all())
         if self.step_ids.size == 0 or unlinked:       # no steps, or kernels not linked to launches
@@ -235,34 +240,48 @@ class RankView:
             else:
                 h0, h1 = d0, d1
             return [(-1, d0, d1, h0, h1)]
+        n = len(self.step_ids)
+        keep = np.ones(n, dtype=bool) if steps is None else \
+            np.array([sid in steps for sid in self.step_ids.tolist()], dtype=bool)
+        hs, he = self.step_host[:, 0], self.step_host[:, 1]
+        if self.kind == "cpu":
+            return [(int(self.step_ids[i]), hs[i], he[i], hs[i], he[i]) for i in np.flatnonzero(keep).tolist()]
+        lt = self.launch_ts[self.dev_idx]
+        if n > 1 and bool(np.any(hs[1:] < he[:-1])):       # overlapping step ranges: one step at a time
+            owner = None
+        else:
+            k = np.searchsorted(hs, lt, side="right") - 1
+            ok = (k >= 0) & (lt < he[np.clip(k, 0, n - 1)])   # NaN launches fail the comparison
+            owner = np.where(ok, k, -1)
+        first = np.full(n, np.inf)
+        last_end = np.full(n, -np.inf)
+        if owner is not None:
+            sel = owner >= 0
+            np.minimum.at(first, owner[sel], ev.ts[self.dev_idx[sel]])
+            np.maximum.at(last_end, owner[sel], ev.end[self.dev_idx[sel]])
+        else:
+            for i in range(n):
+                m = (lt >= hs[i]) & (lt < he[i])
+                if m.any():
+                    first[i] = ev.ts[self.dev_idx[m]].min()
+                    last_end[i] = ev.end[self.dev_idx[m]].max()
         out = []
-        for i, (sid, (h0, h1)) in enumerate(zip(self.step_ids, self.step_host, strict=True)):
-            if steps is not None and sid not in steps:
-                continue
-            if self.kind == "cpu":
-                out.append((int(sid), h0, h1, h0, h1))
-                continue
-            lt = self.launch_ts[self.dev_idx]
-            mine = self.dev_idx[(lt >= h0) & (lt < h1)]
-            if mine.size == 0:
-                continue
-            d0 = ev.ts[mine].min()
-            if i + 1 < len(self.step_ids):
-                n0, n1 = self.step_host[i + 1]
-                nxt = self.dev_idx[(lt >= n0) & (lt < n1)]
-                d1 = ev.ts[nxt].min() if nxt.size else ev.end[mine].max()
+        for i in np.flatnonzero(keep & np.isfinite(first)).tolist():
+            d0 = first[i]
+            if i + 1 < n:
+                d1 = first[i + 1] if np.isfinite(first[i + 1]) else last_end[i]
             else:
-                d1 = ev.end[mine].max()
-            out.append((int(sid), d0, d1, h0, h1))
+                d1 = last_end[i]
+            out.append((int(self.step_ids[i]), d0, d1, hs[i], he[i]))
         return out
 
     # ------------------------------------------------------------------ breakdown
     def breakdown(self, w) -> dict:
         """Seconds in each part of the partition for one window (see the module docstring)."""
         sid, d0, d1, h0, h1 = w
-        comp = iv.clip(self._comp_u, d0, d1)
-        comm = iv.clip(self._comm_u, d0, d1)
-        mem = iv.clip(self._mem_u, d0, d1)
+        comp = _clip(self._comp_u, d0, d1)
+        comm = _clip(self._comm_u, d0, d1)
+        mem = _clip(self._mem_u, d0, d1)
         compute = iv.total(comp)
         comm_t = iv.total(comm)
         hidden = iv.intersect_total(comm, comp)
@@ -272,7 +291,7 @@ class RankView:
         total = d1 - d0
         idle = max(total - iv.total(busy), 0.0)
         gaps = _gaps(busy, d0, d1)
-        dl = iv.clip(self.dataloader, d0, d1)
+        dl = _clip(self.dataloader, d0, d1)
         data_idle = _data_idle(gaps, dl)
         if self.kind == "cpu":
             host_wait = iv.intersect_total(gaps, dl)
@@ -289,8 +308,10 @@ class RankView:
         ev = self.ev
         if gaps[0].size == 0:
             return 0.0
-        order = self.dev_idx[np.argsort(ev.ts[self.dev_idx], kind="stable")]
-        starts = ev.ts[order]
+        if self._dev_order is None:                    # sorted once, searched per window
+            self._dev_order = self.dev_idx[np.argsort(ev.ts[self.dev_idx], kind="stable")]
+            self._dev_starts = ev.ts[self._dev_order]
+        order, starts = self._dev_order, self._dev_starts
         nxt = np.searchsorted(starts, gaps[1], side="left")
         ok = nxt < starts.size
         launch = np.full(gaps[0].size, np.nan)
@@ -302,16 +323,20 @@ class RankView:
     def collectives(self, windows) -> list[dict]:
         """Collectives inside the windows, in time order: type, start, duration, bytes (when known)."""
         ev = self.ev
-        spans = [(w[1], w[2]) for w in windows]
+        span_s, span_e = iv.union([w[1] for w in windows], [w[2] for w in windows])
         out = []
         rpc = sorted((i for i in ev.comm_args if ev.cat[i] == CPU_OP), key=lambda i: ev.ts[i])
         rpc_ts = np.array([ev.ts[i] for i in rpc]) if rpc else np.zeros(0)
-        for k, i in enumerate(self.comm_idx):
-            t0 = ev.ts[i]
-            if not any(a <= t0 < b for a, b in spans):
+        t_all = ev.ts[self.comm_idx]
+        j = np.searchsorted(span_s, t_all, side="right") - 1     # the merged window that may hold it
+        inside = (j >= 0) & (t_all < span_e[np.clip(j, 0, max(span_e.size - 1, 0))]) if span_s.size \
+            else np.zeros(t_all.size, dtype=bool)
+        for k, i in enumerate(self.comm_idx.tolist()):
+            if not inside[k]:
                 continue
+            t0 = ev.ts[i]
             name = ev.names[ev.name_id[i]]
-            args = ev.comm_args.get(int(i))
+            args = ev.comm_args.get(i)
             if not (args and "In msg nelems" in args) and rpc:
                 args = self._param_comms(i, k, rpc, rpc_ts)
             ctype = collective_type(str(args.get("Collective name"))) if args and args.get("Collective name") \
@@ -343,8 +368,20 @@ class RankView:
         return None
 
     def compute_between(self, t0, t1) -> float:
-        """Compute seconds in [t0, t1)."""
-        return iv.total(iv.clip(self._comp_u, t0, t1)) * US
+        """Compute seconds in [t0, t1) (two sorted searches on the merged compute set: O(log n))."""
+        return max(self._covered(t1) - self._covered(t0), 0.0) * US
+
+    def _covered(self, t: float) -> float:
+        """Merged compute time (µs) before ``t``: prefix sums of the merged set, built once."""
+        s, e = self._comp_u
+        if s.size == 0:
+            return 0.0
+        if self._comp_cum is None:
+            self._comp_cum = np.concatenate([[0.0], np.cumsum(e - s)])
+        j = int(np.searchsorted(s, t, side="right"))
+        if j == 0:
+            return 0.0
+        return float(self._comp_cum[j - 1] + min(t, e[j - 1]) - s[j - 1])
 
 
 def _step_number(ev: RankEvents, name: str) -> int:
@@ -355,7 +392,24 @@ def _step_number(ev: RankEvents, name: str) -> int:
     if not num.isdecimal():
         raise ValueError(f"trace file {ev.path}: a ProfilerStep range is named {name[:60]!r}; "
                          "expected 'ProfilerStep#<step number>'")
+    if len(num) > 18:            # past int64 (and far past any real run): refuse, don't overflow
+        raise ValueError(f"trace file {ev.path}: a ProfilerStep range is named {name[:60]!r}: the step "
+                         "number is not valid (use a step number below 10**18)")
     return int(num)
+
+
+def _clip(u, lo: float, hi: float):
+    """``u`` (a merged, sorted, disjoint set) restricted to [lo, hi): two sorted searches then a slice,
+    so a window costs the intervals inside it, not the whole trace (``intervals.clip`` scans all)."""
+    s, e = u
+    i0 = int(np.searchsorted(e, lo, side="right"))      # first interval ending after lo
+    i1 = int(np.searchsorted(s, hi, side="left"))       # intervals starting before hi
+    if i1 <= i0:
+        return s[:0], e[:0]
+    s = np.maximum(s[i0:i1], lo)
+    e = np.minimum(e[i0:i1], hi)
+    keep = e > s
+    return s[keep], e[keep]
 
 
 def _data_idle(gaps, dl) -> float:

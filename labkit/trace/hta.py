@@ -33,7 +33,8 @@ import re
 import numpy as np
 
 import labkit.intervals as iv
-from labkit.trace.load import RankEvents, read_ranks
+from labkit.trace.load import RankEvents
+from labkit.trace.runs import read_ranks
 
 HTA_VERSION = "0.5.0"
 _COMM = re.compile(r"^nccl.*Kernel")
@@ -113,27 +114,28 @@ def comm_comp_overlap_rank(ev: RankEvents) -> dict:
     return {"rank": ev.rank, "comp_comm_overlap_pctg": round(100 * ratio, 2) if ratio == ratio else math.nan}
 
 
-def hta_temporal_breakdown(path):
+def hta_temporal_breakdown(path, **read):
     """HTA-definition temporal breakdown for every rank under ``path`` (DataFrame, one row per rank).
+    ``read``: the limits and workers of :func:`labkit.trace.runs.read_ranks`.
 
     Taught in chapter 9.
     """
     import pandas as pd
 
-    return pd.DataFrame([temporal_breakdown_rank(ev) for ev in read_ranks(path)])
+    return pd.DataFrame([temporal_breakdown_rank(ev) for ev in read_ranks(path, **read)])
 
 
-def hta_comm_comp_overlap(path):
+def hta_comm_comp_overlap(path, **read):
     """HTA-definition comm/compute overlap (percent) for every rank under ``path``.
 
     Taught in chapter 9.
     """
     import pandas as pd
 
-    return pd.DataFrame([comm_comp_overlap_rank(ev) for ev in read_ranks(path)])
+    return pd.DataFrame([comm_comp_overlap_rank(ev) for ev in read_ranks(path, **read)])
 
 
-def hta_summary(path):
+def hta_summary(path, **read):
     """Both HTA figures per rank from one read of the trace(s): the temporal breakdown columns and
     ``comp_comm_overlap_pctg``.
 
@@ -141,4 +143,4 @@ def hta_summary(path):
     """
     import pandas as pd
 
-    return pd.DataFrame([{**temporal_breakdown_rank(ev), **comm_comp_overlap_rank(ev)} for ev in read_ranks(path)])
+    return pd.DataFrame([{**temporal_breakdown_rank(ev), **comm_comp_overlap_rank(ev)} for ev in read_ranks(path, **read)])

@@ -16,7 +16,6 @@ Taught in chapter 9 (profiler traces).
 """
 from __future__ import annotations
 
-import gc
 import gzip
 import json
 import math
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.checks import ArgumentTypeError, flag
+from labkit.checks import ArgumentTypeError
 
 try:  # optional accelerator for large traces (a dependency of labkit; the stdlib path stays tested)
     import orjson
@@ -133,27 +132,38 @@ def _fast_loads(raw: bytes):
     return json.loads(raw)
 
 
-def load(path) -> dict:
+def load(path, *, max_mb=None, max_events=None) -> dict:
     """Parse one Chrome trace (``.json`` or ``.json.gz``) and check its shape.
 
     Raises ValueError naming the file and what is wrong (truncated gzip, invalid JSON, no
-    ``traceEvents`` list).
+    ``traceEvents`` list, more bytes or events than the limits of :mod:`labkit.trace.fastload`).
 
     Taught in chapter 9.
     """
+    from labkit.trace import fastload
+
+    max_bytes, max_ev = fastload.limits(max_mb, max_events)
     p = Path(path)
+    raw = _read(p, max_bytes)
+    fastload.check_events(p, raw, max_ev)
+    return _parse(p, raw)
+
+
+def _read(p: Path, max_bytes: int) -> bytes:
+    from labkit.trace.fastload import read_bounded
+
     if not p.is_file():
         raise FileNotFoundError(f"trace file {p} does not exist")
     try:
-        if p.name.endswith(".gz"):
-            with gzip.open(p, "rb") as f:
-                raw = f.read()
-        else:
-            raw = p.read_bytes()
+        raw = read_bounded(p, max_bytes)
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
         raise ValueError(f"trace file {p} is corrupt or truncated (gzip: {e})") from e
     if not raw or (len(raw) < 64 and not raw.strip()):
         raise ValueError(f"trace file {p} is empty")
+    return raw
+
+
+def _parse(p: Path, raw: bytes) -> dict:
     try:
         doc = _fast_loads(raw)
     except json.JSONDecodeError as e:
@@ -180,6 +190,35 @@ def _rank_from_name(p: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def header(p: Path, info, base, default_rank: int):
+    """(rank, world_size, backend, baseTimeNanoseconds) of a trace, checked (see :func:`extract`).
+
+    Taught in chapter 9.
+    """
+    if info is None:
+        info = {}
+    if not isinstance(info, dict):
+        raise ValueError(f"trace file {p}: 'distributedInfo' must be an object, got {type(info).__name__}")
+    rank, world, backend = info.get("rank"), info.get("world_size"), info.get("backend")
+    for key, v, low in (("rank", rank, 0), ("world_size", world, 1)):
+        if v is not None and (type(v) is not int or v < low):
+            raise ValueError(f"trace file {p}: distributedInfo.{key}={_short(v)} is not valid: use an int >= {low}")
+    if rank is not None and world is not None and rank >= world:
+        raise ValueError(f"trace file {p}: distributedInfo.rank={rank} is not valid for world_size={world} "
+                         f"(use 0 <= rank < world_size)")
+    if backend is not None and not isinstance(backend, str):
+        raise ValueError(f"trace file {p}: distributedInfo.backend={_short(backend)} must be a string")
+    if base is not None and not (type(base) is int and 0 <= base < 2**63 or type(base) is float and
+                                 math.isfinite(base) and base >= 0):
+        raise ValueError(f"trace file {p}: baseTimeNanoseconds={_short(base)} is not valid: use a finite "
+                         "number >= 0")
+    if rank is None:
+        rank = _rank_from_name(p)
+    if rank is None:
+        rank = default_rank
+    return rank, world, backend, base
+
+
 def extract(doc: dict, path, *, default_rank: int = 0) -> RankEvents:
     """``doc["traceEvents"]`` into a :class:`RankEvents` (see the module docstring): a few list
     comprehensions over the events (fast in CPython), then numpy arrays.
@@ -194,28 +233,8 @@ def extract(doc: dict, path, *, default_rank: int = 0) -> RankEvents:
     Taught in chapter 9.
     """
     p = Path(path)
-    info = doc.get("distributedInfo")
-    if info is None:
-        info = {}
-    if not isinstance(info, dict):
-        raise ValueError(f"trace file {p}: 'distributedInfo' must be an object, got {type(info).__name__}")
-    rank, world, backend = info.get("rank"), info.get("world_size"), info.get("backend")
-    for key, v, low in (("rank", rank, 0), ("world_size", world, 1)):
-        if v is not None and (type(v) is not int or v < low):
-            raise ValueError(f"trace file {p}: distributedInfo.{key}={v!r} is not valid: use an int >= {low}")
-    if rank is not None and world is not None and rank >= world:
-        raise ValueError(f"trace file {p}: distributedInfo.rank={rank} is not valid for world_size={world} "
-                         f"(use 0 <= rank < world_size)")
-    if backend is not None and not isinstance(backend, str):
-        raise ValueError(f"trace file {p}: distributedInfo.backend={backend!r} must be a string")
-    base = doc.get("baseTimeNanoseconds")
-    if base is not None and not (type(base) is int and 0 <= base < 2**63 or type(base) is float and
-                                 math.isfinite(base) and base >= 0):
-        raise ValueError(f"trace file {p}: baseTimeNanoseconds={base!r} is not valid: use a finite number >= 0")
-    if rank is None:
-        rank = _rank_from_name(p)
-    if rank is None:
-        rank = default_rank
+    rank, world, backend, base = header(p, doc.get("distributedInfo"), doc.get("baseTimeNanoseconds"),
+                                        default_rank)
     evs = doc["traceEvents"]
     try:
         # a few tight comprehensions instead of one branchy loop: each runs at C-ish speed
@@ -240,13 +259,14 @@ def extract(doc: dict, path, *, default_rank: int = 0) -> RankEvents:
         dur_arr = np.array([e["dur"] for e in xs]) if n else np.zeros(0)
         # numbers only: a string, null or nested value makes a str/object array (no silent conversion)
         if ts_arr.dtype.kind not in "if" or dur_arr.dtype.kind not in "if" or \
-                not all(type(k) is str for k in names):
+                not all(type(k) is str for k in names) or not all(type(e["cat"]) is str for e in xs):
             raise TypeError("an event field has the wrong type")
         ts_is_float = ts_arr.dtype.kind == "f"
         ts_arr, dur_arr = ts_arr.astype(float), dur_arr.astype(float)
     except (TypeError, AttributeError, ValueError, OverflowError) as ex:
         raise ValueError(f"trace file {p}: {_bad_event(evs) or ex}") from None
-    bad = ~np.isfinite(ts_arr) | ~np.isfinite(dur_arr) | (dur_arr < 0)
+    bad = ~np.isfinite(ts_arr) | ~np.isfinite(dur_arr) | (dur_arr < 0) | (np.abs(ts_arr) > MAX_TS_US) | \
+        (dur_arr > MAX_DUR_US)
     if bad.any():
         raise ValueError(f"trace file {p}: {_bad_event(evs, xs[int(np.flatnonzero(bad)[0])])}")
     cat = np.asarray(code, dtype=np.int8) if n else np.zeros(0, dtype=np.int8)
@@ -288,6 +308,8 @@ def extract(doc: dict, path, *, default_rank: int = 0) -> RankEvents:
 
 
 _NUMBER_TYPES = {int, float}
+MAX_TS_US = 1e17      # µs: ~3,000 years after 1970 (Kineto writes µs since the epoch, or since a base time)
+MAX_DUR_US = 1e13     # µs: ~116 days, far past any profiled span (1e308 would make every sum inf)
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _DEVICE_NAMES = {k for k, v in CATEGORIES.items() if v in DEVICE_CATS or v == RUNTIME}
 
@@ -351,6 +373,10 @@ def _event_problem(e: dict) -> str | None:
             return f"{key!r}={_short(v)} is not valid: use a finite number (µs)"
         if key == "dur" and v < 0:
             return f"'dur'={v!r} is not valid: use a finite number >= 0 (µs)"
+        if key == "ts" and abs(v) > MAX_TS_US or key == "dur" and v > MAX_DUR_US:
+            top = MAX_TS_US if key == "ts" else MAX_DUR_US
+            return (f"{key!r}={_short(v)} is out of range: a profiler time in µs is at most {top:.0e} "
+                    f"({'about 3,000 years since 1970' if key == 'ts' else 'about 116 days'})")
     if e["cat"] in _DEVICE_NAMES and args is not None:
         for key in ("correlation", "stream") if CATEGORIES[e["cat"]] in DEVICE_CATS else ("correlation",):
             v = args.get(key, -1)
@@ -360,88 +386,10 @@ def _event_problem(e: dict) -> str | None:
     return None
 
 
-def read_rank(path, *, default_rank: int = 0) -> RankEvents:
-    """:func:`load` + :func:`extract` for one file.
+def __getattr__(name: str):
+    """The readers of files and folders live in :mod:`labkit.trace.runs`; their old names here still work."""
+    if name in ("read_rank", "read_ranks", "check_one_run", "MIXED_START_S"):
+        import importlib
 
-    Taught in chapter 9.
-    """
-    # The cyclic garbage collector would rescan the parse's ~10^5 fresh dicts again and again while
-    # they are built and walked (none of them can form a cycle): off for the read, 25-40 % faster.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return extract(load(path), path, default_rank=default_rank)
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def read_ranks(path, *, allow_mixed: bool = False) -> list[RankEvents]:
-    """All ranks under ``path`` (a file or a folder of per-rank files), sorted by rank. In a folder,
-    JSON files that are not traces (no ``traceEvents``, e.g. a saved run record) are skipped;
-    corrupt or truncated files raise.
-
-    Two files claiming the same rank is an error (traces of two different runs mixed up), and so are
-    files that look like different runs (:func:`check_one_run`) unless ``allow_mixed=True``.
-
-    Taught in chapter 9.
-    """
-    allow_mixed = flag("allow_mixed", allow_mixed)
-    files = trace_files(path)
-    ranks, skipped = [], []
-    for i, f in enumerate(files):
-        try:
-            ranks.append(read_rank(f, default_rank=i))
-        except NotATraceError:
-            if len(files) == 1:
-                raise
-            skipped.append(f.name)       # e.g. a run record saved beside the traces
-    if not ranks:
-        raise ValueError(f"no Chrome traces in {path}: {skipped} are JSON without 'traceEvents'")
-    if not allow_mixed:
-        check_one_run(ranks)
-    seen: dict[int, Path] = {}
-    for r in ranks:
-        if r.rank in seen:
-            raise ValueError(f"trace files {seen[r.rank]} and {r.path} both claim rank {r.rank}; "
-                             f"put one run's traces per folder (the analysis is per rank, even with allow_mixed)")
-        seen[r.rank] = r.path
-    return sorted(ranks, key=lambda r: r.rank)
-
-
-MIXED_START_S = 5.0   # ranks of one run start profiling within a few steps of each other
-
-
-def check_one_run(ranks: list[RankEvents]) -> None:
-    """Raise ValueError naming the files when traces in one folder come from different runs: their
-    ``distributedInfo`` world sizes or backends differ, their SYNTHETIC generator specs differ, or their
-    absolute start times (``baseTimeNanoseconds`` + first ``ts``) lie further apart than
-    max(``MIXED_START_S``, twice the longer trace's window) — ranks of one run profile the same steps.
-
-    Taught in chapter 9.
-    """
-    def differ(what, key):
-        vals = {}
-        for r in ranks:
-            v = key(r)
-            if v is not None:
-                vals.setdefault(json.dumps(v, sort_keys=True, default=str), []).append(r.path.name)
-        if len(vals) > 1:
-            shown = "; ".join(f"{v}: {', '.join(fs)}" for v, fs in vals.items())
-            raise ValueError(f"trace files from different runs in one folder ({what} differ — {shown}); put one "
-                             "run's traces per folder, or pass allow_mixed=True (--allow-mixed)")
-
-    differ("distributedInfo.world_size", lambda r: r.world_size)
-    differ("distributedInfo.backend", lambda r: r.backend)
-    differ("SYNTHETIC specs", lambda r: r.synthetic)
-    for based in (True, False):          # absolute times compare only within one kind of time base
-        timed = [r for r in ranks if r.start_us is not None and r.has_base_time == based]
-        if len(timed) < 2:
-            continue
-        a, b = min(timed, key=lambda r: r.start_us), max(timed, key=lambda r: r.start_us)
-        gap_s = (b.start_us - a.start_us) / 1e6
-        limit_s = max(MIXED_START_S, 2 * max(r.window_us for r in timed) / 1e6)
-        if gap_s > limit_s:
-            raise ValueError(f"trace files from different runs in one folder: {b.path.name} starts {gap_s:,.1f} s "
-                             f"after {a.path.name} (ranks of one run start within {limit_s:,.1f} s); put one "
-                             "run's traces per folder, or pass allow_mixed=True (--allow-mixed)")
+        return getattr(importlib.import_module("labkit.trace.runs"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

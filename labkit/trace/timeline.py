@@ -20,7 +20,8 @@ import numpy as np
 
 from labkit import intervals as iv
 from labkit.trace.breakdown import RankView
-from labkit.trace.load import CPU_OP, USER_ANNOTATION, read_ranks
+from labkit.trace.load import CPU_OP, USER_ANNOTATION
+from labkit.trace.runs import read_ranks
 
 __all__ = ["DDPTimeline", "ddp_timeline"]
 
