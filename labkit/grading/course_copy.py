@@ -112,7 +112,8 @@ def leaks(tree, *, sources=None) -> list[str]:
         lab = load_lab(s)
         shown = "\n".join(c.source for c in learner_notebook(lab).cells)
         for chk in lab.checks:            # a few lines of each hidden check that the learner version lacks
-            lines = [ln.strip() for ln in chk.source.splitlines() if len(ln.strip()) >= 40]
+            lines = [ln.strip() for ln in chk.source.splitlines() if len(ln.strip()) >= 40
+                     and not ln.strip().startswith(("import ", "from "))]   # an import gives nothing away
             bodies += [ln for ln in lines if ln not in shown][:3]
     found = []
     for p in sorted(Path(tree).rglob("*")):
