@@ -153,9 +153,11 @@ def test_the_course_in_a_browser(course_server, tmp_path):
             box.scroll_into_view_if_needed()
             result = box.locator(".widget-html").last
             first = _values(result.inner_text(), ("MFU", "HFU"))
-            table = panel.locator(".jp-OutputArea-output").filter(has_text="static table (the same maths").first
-            row = next(line for line in table.inner_text().splitlines() if line.startswith("defaults"))
-            mfu_col, hfu_col = row.split()[-2:]
+            table = panel.locator("table.dataframe").filter(has_text="defaults").first   # the static table (HTML)
+            lines = [ln.split("\t") if "\t" in ln else ln.split() for ln in table.inner_text().splitlines()]
+            head = next(cols for cols in lines if "MFU" in cols and "HFU" in cols)   # an HTML table: tab-separated
+            row = next(cols for cols in lines if cols and cols[0].strip() == "defaults")
+            mfu_col, hfu_col = (row[head.index(k) - len(head) + len(row)].strip() for k in ("MFU", "HFU"))
             assert first == {"MFU": mfu_col, "HFU": hfu_col}, (
                 f"the calculator starts at {first}, its table says MFU {mfu_col}, HFU {hfu_col}")
             handle = box.locator(".widget-slider").first.locator(".noUi-handle").first
