@@ -435,6 +435,11 @@ def _specs() -> list[Spec]:
                   schedule="choice", virtual_stages="obj", allow_cross_node_tp="flag", sequence_parallel="flag",
                   flash_attention="flag", memory_fraction="frac_open0", n_gpus="optcount", context_parallel="obj",
                   expert_parallel="obj", pipeline_parallel="optobj")),
+        Spec("perf.calibrate_achievable", labkit.perf.calibrate_achievable,
+             dict(model="llama3-8b", layout=labkit.perf.Layout(dp=8), cluster=labkit.perf.cluster("dgx-h100"),
+                  global_batch=64, tokens_per_s_per_gpu=5000.0, source="a run"),
+             dict(model="choice", layout="obj", cluster="obj", global_batch="count", tokens_per_s_per_gpu="pos",
+                  source="str", seq_len="optcount")),
         Spec("claims.judge", labkit.claims.judge, dict(left=2.0, op=">", right=1.0, margin=0.05, noise=0.01),
              dict(left="nonneg", op="choice", right="nonneg", margin="nonneg", noise="nonneg")),
         Spec("claims.stored_claims", labkit.claims.stored_claims, dict(nb={"cells": []}), dict(nb="obj")),
@@ -455,7 +460,7 @@ MEASURES = {"flops.count_flops", "shapes.compare", "scaling.measure_scaling", "r
             "integrations.meter_for"}        # builds a live Meter on a model (flops_per_token_of is fuzzed)
 RESULTS = {"flops.FlopCount", "cost.TrainingCost", "roofline.MatmulTiming", "memory.estimate.MemoryBreakdown",
            "memory.deepspeed.DeepSpeedRow", "memory.deepspeed.DeepSpeedEstimate", "hardware.catalogue.DeviceFamily",
-           "perf.Prediction", "perf.Plan", "claims.Claim", "claims.ClaimContradicted", "faults.Fault",
+           "perf.Prediction", "perf.Plan", "perf.Calibration", "claims.Claim", "claims.ClaimContradicted", "faults.Fault",
            "faults.MysteryRun", "claims.rejudge",     # rejudge reads a stored Claim back (a result)
            # configs checked in their own __post_init__ and by tests/test_perf_*.py; not yet rows here
            "perf.Layout", "perf.Cluster", "perf.predict", "faults.public_record",
