@@ -111,6 +111,7 @@ BAD["optpos"] = [b for b in BAD["pos"] if b[0] != "None"]
 BAD["optnonneg"] = [b for b in BAD["nonneg"] if b[0] != "None"]
 BAD["optobj"] = [b for b in BAD["obj"] if b[0] != "None"]
 BAD["optchoice"] = [b for b in BAD["choice"] if b[0] != "None"]
+BAD["optstrs"] = [b for b in BAD["strs"] if b[0] != "None"]
 
 
 def _numpy_twins(kind: str, value) -> list:
@@ -232,6 +233,11 @@ def _specs() -> list[Spec]:
         Spec("cost.training_cost(tokens_per_s)", c.training_cost,
              dict(tokens=1e12, flops_per_token=6e9, n_devices=64, tokens_per_s=1e6),
              dict(tokens="pos", flops_per_token="pos", n_devices="count", tokens_per_s="pos")),
+        Spec("cost.device_choice", c.device_choice,
+             dict(tokens=1e12, flops_per_token=6e9, mfu=0.4, n_devices=64, devices=["H100-SXM", "A100-SXM-80GB"],
+                  dtype="bf16", reference="H100-SXM", prices={"H100-SXM": 2.0}),
+             dict(tokens="pos", flops_per_token="pos", mfu="frac_open0", n_devices="count", dtype="choice",
+                  reference="choice", devices="optstrs", prices="optobj")),
         # ---- perf.steptime (scaling re-exports step_time, StepParts, decompose; cost tokens_per_s_at)
         Spec("perf.step_time", st.step_time, dict(compute_s=0.09, comm_s=0.065, sync_s=0.045, overlap=0.5),
              dict(compute_s="nonneg", comm_s="nonneg", sync_s="nonneg", overlap="overlap")),

@@ -142,7 +142,7 @@ def real_lab_corpus() -> dict:
                     "record.tokens_per_s *= 1.1  # a better number, typed in\n"
                     "record.mfu *= 1.1\nrecord.save(baseline_path)")
     return {"lab01_inflated": lab01, "lab03_forged": _lab03_forged(), "lab04_forged": _lab04_forged(),
-            "lab06_inflated": _lab06_inflated()}
+            "lab06_inflated": _lab06_inflated(), "lab11_quieter": _lab11_quieter()}
 
 
 def _forged(lab_id: str, qid: str, old: str, new: str):
@@ -190,6 +190,13 @@ def _lab06_inflated():
     return _forged("lab06_fsdp", "q2", "records = dict(zip(STRATEGIES, recs))",
                    "records = dict(zip(STRATEGIES, recs))\n"
                    "for rec in recs:\n    rec.tokens_per_s *= 1.1  # a better number, typed in")
+
+
+def _lab11_quieter():
+    """lab11 with q1's σ halved before it is recorded ("a quieter machine", typed in): q1's check re-fits σ from
+    the recorded runs and must catch it; q2 and q3 use the real noise model, so they keep their points."""
+    return _forged("lab11_regression", "q1", "answer_q1 = noise.sigma",
+                   "answer_q1 = noise.sigma / 2  # a quieter machine, typed in")
 
 
 def main() -> int:
