@@ -22,7 +22,7 @@ REAL = json.loads((HERE / "expected.json").read_text())["_real_labs"]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lab_id", ["lab01_baseline", "lab02_profiler", "lab03_batch_accum", "lab04_attention",
-                                    "lab05_ddp", "lab06_fsdp", "lab11_regression"])
+                                    "lab05_ddp", "lab06_fsdp", "lab09_collectives", "lab11_regression"])
 def test_instructor_full_marks_learner_zero(lab_id, tmp_path, calibrated_peaks):
     """Graded against a calibrated peak: lab01 checks MFU <= 100 %, which a live peak measured on a
     loaded machine once broke (MFU 1.75)."""

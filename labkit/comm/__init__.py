@@ -26,6 +26,8 @@ The code lives in small files; this package is the public face::
   (not for use), and ``run_ring``, which runs it on gloo ranks against ``dist.all_reduce`` with a log of
   every step (``labkit.viz.ring_allreduce`` draws it).
 - :mod:`labkit.comm.synthetic` — seeded SYNTHETIC nccl-tests tables and NCCL logs.
+- :mod:`labkit.comm.exercise` — lab 9's exercise per seed: a SYNTHETIC cluster with one limiting link and its
+  ``all_reduce_perf`` table, a published model, a held-out size; ``heldout_tolerance`` (the run's own noise).
 - :mod:`labkit.comm.compression` — ``hook_bytes`` / ``hook_elements``: what DDP's fp16 / bf16 / PowerSGD hooks
   all-reduce per step (pure; chapter 23).
 - :mod:`labkit.comm.env` — ``check_env``: what each NCCL / EFA environment variable of a job really does

@@ -142,7 +142,8 @@ def real_lab_corpus() -> dict:
                     "record.tokens_per_s *= 1.1  # a better number, typed in\n"
                     "record.mfu *= 1.1\nrecord.save(baseline_path)")
     return {"lab01_inflated": lab01, "lab03_forged": _lab03_forged(), "lab04_forged": _lab04_forged(),
-            "lab06_inflated": _lab06_inflated(), "lab11_quieter": _lab11_quieter()}
+            "lab06_inflated": _lab06_inflated(), "lab11_quieter": _lab11_quieter(),
+            "lab09_forged": _lab09_forged()}
 
 
 def _forged(lab_id: str, qid: str, old: str, new: str):
@@ -197,6 +198,16 @@ def _lab11_quieter():
     the recorded runs and must catch it; q2 and q3 use the real noise model, so they keep their points."""
     return _forged("lab11_regression", "q1", "answer_q1 = noise.sigma",
                    "answer_q1 = noise.sigma / 2  # a quieter machine, typed in")
+
+
+def _lab09_forged():
+    """lab09 with every p10 time of the benchmark table cut by 10 % before anything is computed from it (a faster
+    link, typed in): q1's consistency check re-derives the table from the per-iteration timings and must catch it;
+    the answers, the fit, the held-out prediction and the model's all-reduce all follow from the (forged) table,
+    so nothing else may fail."""
+    return _forged("lab09_collectives", "q1", "table = bench.table",
+                   "table = bench.table\n"
+                   "table[\"p10_us\"] *= 0.9  # a faster link, typed in")
 
 
 def main() -> int:
