@@ -32,7 +32,10 @@ Pure (layer 1). Taught in chapter 19 (DDP and gradient buckets).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
+
+import numpy as np
 
 from labkit import checks
 from labkit.comm.models import ring_time
@@ -45,13 +48,23 @@ DEFAULT_CAP_MB = 25.0              # torch/nn/parallel/distributed.py: _DEFAULT_
 FIRST_BUCKET_BYTES = 1 * MIB       # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES (reducer.hpp kDefaultFirstBucketBytes)
 
 
+def _seq(name: str, value) -> list:
+    """``value`` as a list if it is a list or tuple; else an error naming ``name``."""
+    if not isinstance(value, (list, tuple)):
+        raise checks.ArgumentTypeError(f"{name} must be a list or tuple, got {type(value).__name__} {value!r:.60}")
+    return list(value)
+
+
 def ddp_caps(bucket_cap_mb: float | None = None) -> tuple[int, int]:
     """(first bucket's limit, every other bucket's limit) in bytes, as torch 2.13's DDP sets them:
     ``None`` → (1 MiB, 25 MiB); a number c → (c MiB, c MiB) — passing ``25`` explicitly drops the small
     first bucket. Taught in chapter 19."""
     if bucket_cap_mb is None:
         return FIRST_BUCKET_BYTES, int(DEFAULT_CAP_MB * MIB)
-    cap = int(checks.positive("bucket_cap_mb", bucket_cap_mb) * MIB)
+    mb = checks.positive("bucket_cap_mb", bucket_cap_mb)
+    if mb * MIB > 2**62:
+        raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r} is beyond any memory; give a cap ≤ {2**42:g} MiB")
+    cap = int(mb * MIB)
     if cap < 1:
         raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r} is below one byte; give a cap ≥ {1 / MIB:.3g} MiB")
     return cap, cap
@@ -62,11 +75,11 @@ def assign_buckets(nbytes, limits, keys=None) -> list[list[int]]:
     walk ``nbytes`` in order, add each to the open bucket of its key (``keys[i]``, e.g. (dtype, device); one
     key if None), close a bucket once it holds ≥ its limit and move that key on to the next of ``limits``
     (the last repeats); close the open buckets at the end. Taught in chapter 19."""
-    sizes = [checks.count(f"nbytes[{i}]", b, at_least=0) for i, b in enumerate(nbytes)]
-    lims = [checks.count(f"limits[{i}]", x) for i, x in enumerate(limits)]
+    sizes = [checks.count(f"nbytes[{i}]", b, at_least=0) for i, b in enumerate(_seq("nbytes", nbytes))]
+    lims = [checks.count(f"limits[{i}]", x) for i, x in enumerate(_seq("limits", limits))]
     if not lims:
         raise ValueError("limits must hold at least one bucket size limit in bytes, got none")
-    keys = [None] * len(sizes) if keys is None else list(keys)
+    keys = [None] * len(sizes) if keys is None else _seq("keys", keys)
     if len(keys) != len(sizes):
         raise ValueError(f"keys has {len(keys)} entries for {len(sizes)} tensors: give one key per tensor or None")
     out, open_, filled, which = [], {}, {}, {}
@@ -117,17 +130,16 @@ def _sizes(params, dtype_bytes: int) -> tuple[list[int], list]:
     if hasattr(params, "parameters"):
         ps = [p for p in dict.fromkeys(params.parameters()) if p.requires_grad]
         return [p.numel() * p.element_size() for p in ps], [(str(p.dtype), str(p.device)) for p in ps]
-    try:
-        items = list(params)
-    except TypeError:
+    if not isinstance(params, (list, tuple)):
         raise checks.ArgumentTypeError(f"params must be an nn.Module or a list of element counts / shapes, got "
-                                       f"{type(params).__name__} {params!r:.60}") from None
+                                       f"{type(params).__name__} {params!r:.60}")
+    items = list(params)
     if not items:
         raise ValueError("params is empty: DDP needs at least one parameter")
     out = []
     for i, it in enumerate(items):
-        n = math.prod(checks.count(f"params[{i}] dimension", d) for d in it) if isinstance(it, (tuple, list)) \
-            else checks.count(f"params[{i}]", it)
+        n = math.prod(checks.count(f"params[{i}] dimension", d, at_least=0) for d in it) \
+            if isinstance(it, (tuple, list)) else checks.count(f"params[{i}]", it, at_least=0)
         out.append(n * dtype_bytes)
     return out, [None] * len(out)
 
@@ -144,7 +156,7 @@ def ddp_buckets(params, *, bucket_cap_mb: float | None = None, order=None, dtype
     if order is None:
         order = list(range(n - 1, -1, -1))
     else:
-        order = [checks.count("order index", i, at_least=0) for i in order]
+        order = [checks.count("order index", i, at_least=0) for i in _seq("order", order)]
         if sorted(order) != list(range(n)):
             raise ValueError(f"order must be a permutation of the {n} parameter indices 0..{n - 1}, got "
                              f"{order!r:.80}")
@@ -161,25 +173,27 @@ def bucket_schedule(bucket_bytes, *, backward_s: float, nranks: int, alpha_s: fl
     reduction order, gradients produced at a uniform rate per byte, one communication stream, ring
     all-reduce α–β): ``ready_s``, ``start_s``, ``end_s`` per bucket, ``comm_s`` (their sum), ``exposed_s``
     (past the end of backward) and ``hidden`` (share of comm_s under backward). Taught in chapter 19."""
-    sizes = [checks.nonneg(f"bucket_bytes[{i}]", b) for i, b in enumerate(bucket_bytes)]
+    sizes = [checks.nonneg(f"bucket_bytes[{i}]", b) for i, b in enumerate(_seq("bucket_bytes", bucket_bytes))]
     if not sizes:
         raise ValueError("bucket_bytes is empty: give the bytes of at least one bucket")
     T = checks.nonneg("backward_s", backward_s)
     n = checks.count("nranks", nranks)
+    a, b = checks.nonneg("alpha_s", alpha_s), checks.nonneg("beta_s_per_byte", beta_s_per_byte)
     total = sum(sizes)
     ready, start, end, done, t = [], [], [], 0.0, 0.0
     for s in sizes:
         done += s
         r = T * done / total if total else T
         st = max(r, t)
-        t = st + ring_time("all_reduce", s, n, alpha=alpha_s, beta=beta_s_per_byte)
+        t = st + ring_time("all_reduce", s, n, alpha=a, beta=b)
         ready.append(r)
         start.append(st)
         end.append(t)
     comm = sum(e - s for s, e in zip(start, end, strict=True))
     exposed = max(0.0, t - T)
+    checks.finite_result("bucket schedule", t, backward_s=backward_s, nranks=nranks)
     return {"ready_s": ready, "start_s": start, "end_s": end, "comm_s": comm, "exposed_s": exposed,
-            "hidden": (comm - exposed) / comm if comm else 1.0, "n_buckets": len(sizes)}
+            "hidden": max(0.0, (comm - exposed) / comm) if comm else 1.0, "n_buckets": len(sizes)}
 
 
 def cap_sweep(params, caps_mb, *, backward_s: float, nranks: int, alpha_s: float, beta_s_per_byte: float,
@@ -190,10 +204,18 @@ def cap_sweep(params, caps_mb, *, backward_s: float, nranks: int, alpha_s: float
     equal cap-sized buckets — a model of many small parameters). Taught in chapter 19."""
     import pandas as pd
 
+    caps = _seq("caps_mb", caps_mb)
+    if not caps:
+        raise ValueError("caps_mb is empty: give at least one bucket_cap_mb (None = torch's default)")
+    for i, c in enumerate(caps):
+        if c is not None:
+            checks.positive(f"caps_mb[{i}]", c)
+    dtype_bytes = checks.count("dtype_bytes", dtype_bytes)
+    whole = isinstance(params, numbers.Integral) and not isinstance(params, (bool, np.bool_))
     rows = []
-    for c in caps_mb:
-        if isinstance(params, int) and not isinstance(params, bool):
-            total = checks.count("params", params) * checks.count("dtype_bytes", dtype_bytes)
+    for c in caps:
+        if whole:
+            total = checks.count("params", params) * dtype_bytes
             first, cap = ddp_caps(c)
             if total / cap > 1e6:
                 raise ValueError(f"params={params} at bucket_cap_mb={c!r} gives {total / cap:.3g} buckets: give a "
