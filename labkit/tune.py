@@ -283,7 +283,7 @@ def predicted_bytes(cfg, micro_batch: int, nprocs: int = 1) -> float:
     unit = n // (mcfg.n_layers + 1)
     bufs = 0 if parallel == "single" else comm_buffer_bytes(
         n, strategy=strategy, n_ranks=nprocs, precision=precision, unit_params=unit,
-        bucket_cap_mb=cfg.bucket_cap_mb)["bytes"]
+        bucket_cap_mb=25.0 if cfg.bucket_cap_mb is None else cfg.bucket_cap_mb)["bytes"]   # None: torch's 25 MiB
     return states + acts + bufs
 
 

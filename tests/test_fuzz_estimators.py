@@ -57,7 +57,8 @@ MODULES = [labkit.flops, labkit.shapes, labkit.batch, labkit.model_config, labki
            labkit.roofline, labkit.perf.steptime, labkit.memory.estimate, labkit.memory.deepspeed, labkit.comm.models,
            labkit.hardware.catalogue,
            # issue #28: the newer public API (perf planner and predictor, claims, faults, integrations)
-           labkit.perf, labkit.claims, labkit.faults, labkit.integrations]
+           labkit.perf, labkit.claims, labkit.faults, labkit.integrations,
+           labkit.comm.buckets]   # chapter 19: DDP's bucket rule and the α–β bucket schedule
 LABKIT_DIR = os.path.dirname(labkit.__file__)
 NAN, INF = float("nan"), float("inf")
 
@@ -450,6 +451,23 @@ def _specs() -> list[Spec]:
              dict(left="nonneg", op="choice", right="nonneg", margin="nonneg", noise="nonneg")),
         Spec("claims.stored_claims", labkit.claims.stored_claims, dict(nb={"cells": []}), dict(nb="obj")),
         Spec("faults.fault_of", labkit.faults.fault_of, dict(seed=3), dict(seed="count0")),
+        # ---- comm.buckets (chapter 19)
+        Spec("comm.buckets.ddp_caps", labkit.comm.buckets.ddp_caps, dict(bucket_cap_mb=25.0),
+             dict(bucket_cap_mb="optpos")),
+        Spec("comm.buckets.assign_buckets", labkit.comm.buckets.assign_buckets,
+             dict(nbytes=[4, 2, 4], limits=[4, 8], keys=None), dict(nbytes="obj", limits="obj", keys="optobj")),
+        Spec("comm.buckets.ddp_buckets", labkit.comm.buckets.ddp_buckets,
+             dict(params=[(1024, 256), (256,), 4096], bucket_cap_mb=0.25, order=None, dtype_bytes=4),
+             dict(params="obj", bucket_cap_mb="optpos", order="optobj", dtype_bytes="count")),
+        Spec("comm.buckets.bucket_schedule", labkit.comm.buckets.bucket_schedule,
+             dict(bucket_bytes=[1e6, 2e6], backward_s=0.1, nranks=8, alpha_s=5e-6, beta_s_per_byte=1e-11),
+             dict(bucket_bytes="array_nonneg", backward_s="nonneg", nranks="count", alpha_s="nonneg",
+                  beta_s_per_byte="nonneg")),
+        Spec("comm.buckets.cap_sweep", labkit.comm.buckets.cap_sweep,
+             dict(params=10**8, caps_mb=[None, 25.0], backward_s=0.1, nranks=8, alpha_s=5e-6, beta_s_per_byte=1e-11,
+                  dtype_bytes=4),
+             dict(params="numels", caps_mb="array_pos", backward_s="nonneg", nranks="count", alpha_s="nonneg",
+                  beta_s_per_byte="nonneg", dtype_bytes="count")),
         Spec("integrations.flops_per_token_of", labkit.integrations.flops_per_token_of,
              dict(model=SHAPE, seq_len=None, method="palm"), dict(model="obj", seq_len="optcount", method="choice")),
     ]
@@ -467,7 +485,7 @@ MEASURES = {"flops.count_flops", "shapes.compare", "scaling.measure_scaling", "r
 RESULTS = {"flops.FlopCount", "cost.TrainingCost", "roofline.MatmulTiming", "memory.estimate.MemoryBreakdown",
            "memory.deepspeed.DeepSpeedRow", "memory.deepspeed.DeepSpeedEstimate", "hardware.catalogue.DeviceFamily",
            "perf.Prediction", "perf.Plan", "perf.Calibration", "claims.Claim", "claims.ClaimContradicted", "faults.Fault",
-           "faults.MysteryRun", "claims.rejudge",     # rejudge reads a stored Claim back (a result)
+           "faults.MysteryRun", "claims.rejudge", "comm.buckets.BucketPlan",     # rejudge reads a stored Claim back (a result)
            # configs checked in their own __post_init__ and by tests/test_perf_*.py; not yet rows here
            "perf.Layout", "perf.Cluster", "perf.predict", "faults.public_record",
            # KNOWN GAPS (issue #28, reported to the lead; faults.py is outside this task): seed_for(fault=['x'])

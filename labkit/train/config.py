@@ -6,7 +6,8 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
 - **batch**: ``micro_batch`` sequences per rank per micro-batch × ``accum`` micro-batches per step ×
   ranks = the global batch, in sequences of ``seq_len`` tokens (chapter 15);
 - **parallelism** (applied from outside the model by :mod:`labkit.train.parallel`): ``"single"``,
-  ``"ddp"`` (``bucket_cap_mb``; ``comm_hook`` = ``"fp16"`` / ``"bf16"`` compression or ``"powersgd"`` with
+  ``"ddp"`` (``bucket_cap_mb``, None = torch's default with its 1 MiB first bucket; ``gradient_as_bucket_view``,
+  ``static_graph`` — chapter 19; ``comm_hook`` = ``"fp16"`` / ``"bf16"`` compression or ``"powersgd"`` with
   ``powersgd_rank`` and ``powersgd_start_iter``, chapter 23), ``"fsdp"`` = FSDP2 ``fully_shard`` (``reshard_after_forward`` True /
   False / None = torch's default / an int, explicit ``prefetch`` depth and ``prefetch_mode``, ``mp_policy``,
   ``cpu_offload``, ``fsdp_wrap`` granularity — chapter 20), ``"fsdp1"`` = ``FullyShardedDataParallel``
@@ -72,7 +73,9 @@ class TrainConfig:
     scale_growth_interval: int = 2000   # dynamic: clean steps in a row before the scale doubles
     grad_stats: bool = False            # per-layer gradient statistics every step (labkit.precision)
     parallel: str = "single"            # "single" | "ddp" | "fsdp" (FSDP2) | "fsdp1"
-    bucket_cap_mb: float = 25.0         # DDP
+    bucket_cap_mb: float | None = 25.0  # DDP: MiB per bucket (every bucket); None = torch's default: 25, first 1
+    gradient_as_bucket_view: bool = False  # DDP: .grad are views into the buckets (no second gradient copy)
+    static_graph: bool = False          # DDP: the graph is the same every step (torch's static_graph=True)
     comm_hook: str | None = None        # DDP: None | "fp16" | "bf16" (CUDA + NCCL only) | "powersgd"
     powersgd_rank: int = 1              # DDP PowerSGD: matrix approximation rank
     powersgd_start_iter: int = 2        # DDP PowerSGD: plain all-reduce before this iteration (torch needs > 1)
@@ -150,7 +153,7 @@ class TrainConfig:
         self._check_fsdp2_knobs(bad)
         checks.count("TrainConfig.prefetch", self.prefetch, at_least=0)
         checks.count("TrainConfig.num_workers", self.num_workers, at_least=0)
-        checks.positive("TrainConfig.bucket_cap_mb", self.bucket_cap_mb)
+        self._check_ddp_knobs(bad)
         checks.positive("TrainConfig.lr", self.lr)
         checks.nonneg("TrainConfig.data_slowdown_s", self.data_slowdown_s)
         checks.nonneg("TrainConfig.comm_pad_mb", self.comm_pad_mb)
@@ -169,6 +172,17 @@ class TrainConfig:
             checks.flag(f"TrainConfig.{name}", getattr(self, name))
         if not self.reshard_after_backward and self.parallel != "fsdp":
             bad("reshard_after_backward", "False applies to parallel='fsdp' (FSDP2 set_reshard_after_backward) only")
+
+    def _check_ddp_knobs(self, bad) -> None:
+        """Chapter 19's DDP knobs: ``bucket_cap_mb`` (None = torch's default, 25 MiB with a 1 MiB first
+        bucket — labkit.comm.buckets.ddp_caps), ``gradient_as_bucket_view``, ``static_graph``."""
+        if self.bucket_cap_mb is not None:
+            checks.positive("TrainConfig.bucket_cap_mb", self.bucket_cap_mb)
+        for name in ("gradient_as_bucket_view", "static_graph"):
+            checks.flag(f"TrainConfig.{name}", getattr(self, name))
+            if getattr(self, name) and self.parallel != "ddp":
+                bad(name, "it is a DistributedDataParallel option: it applies to parallel='ddp' only (FSDP has "
+                    "no gradient buckets)")
 
     def _check_precision(self, bad) -> None:
         """fp16 is allowed knowingly: on a CPU without native fp16/bf16 matmuls (no AVX512-FP16/AMX) its

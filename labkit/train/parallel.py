@@ -6,8 +6,8 @@ compile). Order matters and follows the PyTorch docs:
 
 1. activation checkpointing of every transformer block (``checkpoint_wrapper``, non-reentrant) —
    before DDP / FSDP2 wrap the blocks; for FSDP1 after wrapping (``apply_activation_checkpointing``);
-2. ``"ddp"``: ``DistributedDataParallel(bucket_cap_mb=…)``
-   (https://pytorch.org/docs/stable/notes/ddp.html), with an optional communication hook (chapter 23:
+2. ``"ddp"``: ``DistributedDataParallel(bucket_cap_mb=…, gradient_as_bucket_view=…, static_graph=…)``
+   (https://pytorch.org/docs/stable/notes/ddp.html; chapter 19), with an optional communication hook (chapter 23:
    fp16 / bf16 compression, PowerSGD; https://pytorch.org/docs/stable/ddp_comm_hooks.html);
    ``"fsdp"``: FSDP2 ``fully_shard`` per block and on the root (``fsdp_wrap="block"``) or on the root
    only (``"model"``: one unit, the whole model gathered at once) over ``init_device_mesh(device, (world,))``,
@@ -133,7 +133,8 @@ def parallelize(model, cfg, device):
     if cfg.parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        model = DDP(model, device_ids=[device] if device.type == "cuda" else None, bucket_cap_mb=cfg.bucket_cap_mb)
+        model = DDP(model, device_ids=[device] if device.type == "cuda" else None, bucket_cap_mb=cfg.bucket_cap_mb,
+                    gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph)
         if cfg.comm_hook:
             model.labkit_comm_hook_state = comm_hook(model, cfg, device)   # PowerSGD's counters, read by the loop
     elif cfg.parallel == "fsdp":
