@@ -18,13 +18,15 @@ def curves():
 
 
 @pytest.fixture(scope="module")
-def two_ranks():
+def two_ranks(tmp_path_factory):
     """One launch of 2 ranks runs every 2-rank layout in turn (starting ranks is the slow part)."""
+    traces = tmp_path_factory.mktemp("pp_traces")
     cfgs = {
-        "tp": BASE.replace(tp=2),
+        "tp": BASE.replace(tp=2, profile_dir=str(traces / "tp"), profile_steps=1),
         "tp_sp": BASE.replace(tp=2, sequence_parallel=True),
         "gpipe": BASE.replace(pp=2, pp_schedule="gpipe", micro_batch=4, accum=2),
-        "1f1b": BASE.replace(pp=2, pp_schedule="1f1b", micro_batch=2, accum=4),
+        "1f1b": BASE.replace(pp=2, pp_schedule="1f1b", micro_batch=2, accum=4, profile_dir=str(traces / "pp"),
+                             profile_steps=2),
         "interleaved": SMALL.replace(pp=2, pp_schedule="interleaved1f1b", virtual_stages=2, micro_batch=2,
                                      accum=2),
     }
@@ -41,6 +43,19 @@ def test_tensor_parallel_follows_the_single_curve(two_ranks, curves, name):
     assert lay["mesh"] == {"pp": 1, "dp": 1, "cp": 1, "tp": 2} and lay["sequence_parallel"] == (name == "tp_sp")
 
 
+def test_tensor_parallel_step_has_four_all_reduces_per_block(two_ranks):
+    """Megatron's count: 2 all-reduces in forward (after attention's and the MLP's row-split projection) and
+    2 in backward (the input gradients of the column-split qkv and fc) per block — in the profiled step."""
+    import json
+    from pathlib import Path
+
+    rec = two_ranks["tp"]
+    trace = json.loads((Path(rec.config["profile_dir"]) / "rank0.json").read_text())
+    names = [e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"]
+    assert sum(n.startswith("ProfilerStep") for n in names) == 1
+    assert names.count("gloo:all_reduce") == 4 * rec.extra["model"]["n_layers"]      # tiny: 2 blocks → 8
+
+
 @pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved"])
 def test_pipeline_schedules_follow_the_single_curve(two_ranks, curves, name):
     rec = two_ranks[name]
@@ -52,6 +67,41 @@ def test_pipeline_schedules_follow_the_single_curve(two_ranks, curves, name):
     assert lay["mesh"]["pp"] == 2 and lay["micro_batches"] == rec.config["accum"]
     assert lay["bubble_predicted"] == pytest.approx(1 / (v * rec.config["accum"]))
     assert len(lay["stage_blocks"]) == 2 * v and lay["stages_here"] == [2 * k for k in range(v)]   # rank 0
+
+
+def test_bubble_is_measured_from_the_pipeline_trace(two_ranks):
+    from labkit.trace.pipeline import pipeline_bubble
+
+    rec = two_ranks["1f1b"]
+    folder = rec.config["profile_dir"]
+    b = pipeline_bubble(folder, pp=2, micro_batches=4)
+    assert b.predicted == pytest.approx(1 / 4) == rec.extra["layout"]["bubble_predicted"]
+    assert [r.rank for r in b.ranks] == [0, 1] and all(r.steps == 2 for r in b.ranks)   # the 2 profiled steps
+    for r in b.ranks:        # both stages computed and both waited for the other inside the pipeline range
+        assert 0 < r.busy_s < r.window_s and r.wait_s > 0 and r.bubble == pytest.approx(r.wait_s / r.busy_s)
+
+
+def test_bubble_arithmetic_on_a_hand_made_trace(tmp_path):
+    """A 10 ms pipeline range holding 6 ms of stage ranges (two overlapping) idles 4 ms: bubble 4/6."""
+    import json
+
+    from labkit.trace.pipeline import pipeline_bubble
+
+    def ev(name, ts, dur, cat="user_annotation"):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": 1}
+
+    events = [ev("labkit:pipeline", 1000, 10_000), ev("labkit:stage0:forward", 1000, 2000),
+              ev("labkit:stage0:forward", 2500, 1500),          # overlaps the first: counted once
+              ev("labkit:stage0:backward", 6000, 3000), ev("aten::mm", 6000, 100, "cpu_op"),
+              ev("labkit:stage0:backward", 20_000, 5000)]         # outside the range: ignored
+    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": events,
+                                                     "distributedInfo": {"rank": 0, "world_size": 1}}))
+    r = pipeline_bubble(tmp_path).ranks[0]
+    assert (r.window_s, r.busy_s, r.wait_s) == pytest.approx((0.010, 0.006, 0.004))
+    assert r.bubble == pytest.approx(4 / 6) and r.idle_share == pytest.approx(0.4)
+    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": events[1:]}))
+    with pytest.raises(ValueError, match="not a trace of a pipelined labkit run"):
+        pipeline_bubble(tmp_path)
 
 
 def test_four_rank_layouts_follow_the_single_curve(curves):

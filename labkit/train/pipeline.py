@@ -107,12 +107,30 @@ def _loss_fn(accum: int):
     return loss
 
 
+def _labelled_stage():
+    """``PipelineStage`` whose forward and backward of each micro-batch are profiler ranges
+    ``labkit:stage{s}:forward`` / ``:backward`` — compute only: the schedule waits for its inputs before
+    calling them (what :mod:`labkit.trace.pipeline` measures the bubble from)."""
+    from torch.distributed.pipelining import PipelineStage
+    from torch.profiler import record_function
+
+    class LabelledStage(PipelineStage):
+        def forward_one_chunk(self, *args, **kwargs):
+            with record_function(f"labkit:stage{self.stage_index}:forward"):
+                return super().forward_one_chunk(*args, **kwargs)
+
+        def backward_one_chunk(self, *args, **kwargs):
+            with record_function(f"labkit:stage{self.stage_index}:backward"):
+                return super().backward_one_chunk(*args, **kwargs)
+
+    return LabelledStage
+
+
 def build(gpt, cfg, mesh, device, wrap):
     """Cut ``gpt`` (already tensor-parallel if tp > 1) into this rank's stages, wrap each with ``wrap``
     (checkpointing, DDP/FSDP2 over ``dp``) and build ``cfg.pp_schedule`` over the ``pp`` group.
     Taught in chapter 24."""
     from torch.distributed.pipelining import (
-        PipelineStage,
         Schedule1F1B,
         ScheduleGPipe,
         ScheduleInterleaved1F1B,
@@ -123,11 +141,11 @@ def build(gpt, cfg, mesh, device, wrap):
     spans = split_layers(gpt.config.n_layers, n_stages)
     group = mesh["pp"].get_group()
     here = stage_indices(mesh["pp"].get_local_rank(), pp, v)
-    modules, stages = [], []
+    modules, stages, kind = [], [], _labelled_stage()
     for s in here:
         mod = wrap(Stage(gpt, *spans[s], first=s == 0, last=s == n_stages - 1))
         modules.append(mod)
-        stages.append(PipelineStage(mod, s, n_stages, device, group=group))
+        stages.append(kind(mod, s, n_stages, device, group=group))
     loss = _loss_fn(cfg.accum)
     if cfg.pp_schedule == "interleaved1f1b":
         schedule = ScheduleInterleaved1F1B(stages, n_microbatches=cfg.accum, loss_fn=loss, scale_grads=False)
@@ -180,6 +198,7 @@ def step(model, micro_batches, cfg, device, phase, autocast):
     Returns the step's loss (the sum of the micro-batches' loss/accum) on ranks holding the last stage,
     0 elsewhere. Taught in chapter 24."""
     import torch
+    from torch.profiler import record_function
 
     xs, ys = [], []
     with phase("data"):
@@ -189,7 +208,7 @@ def step(model, micro_batches, cfg, device, phase, autocast):
             ys.append(y.to(device, non_blocking=True))
     args = (torch.cat(xs),) if model.holds_first else ()
     losses: list = []
-    with phase("pipeline"), autocast:
+    with phase("pipeline"), record_function("labkit:pipeline"), autocast:     # the range labkit.trace.pipeline reads
         model.schedule.step(*args, target=torch.cat(ys) if model.holds_last else None, losses=losses)
     with phase("comm"):
         sync_tied(model)
