@@ -108,7 +108,8 @@ def test_four_rank_layouts_follow_the_single_curve(curves):
     cfgs = [BASE.replace(tp=2, pp=2, micro_batch=4, accum=2),                     # TP × PP
             BASE.replace(tp=2, parallel="ddp", micro_batch=4),                    # DP × TP (DDP)
             BASE.replace(tp=2, parallel="fsdp", micro_batch=4),                   # DP × TP (FSDP2, 2-D)
-            BASE.replace(pp=2, parallel="ddp", pp_schedule="gpipe", micro_batch=2, accum=2)]   # DP × PP
+            BASE.replace(pp=2, parallel="ddp", pp_schedule="gpipe", micro_batch=2, accum=2),    # DP × PP (DDP)
+            BASE.replace(pp=2, parallel="fsdp", micro_batch=2, accum=2)]                          # DP × PP (FSDP2)
     recs = run_many(cfgs, 4, timeout_s=240)
     for cfg, rec in zip(cfgs, recs, strict=True):
         assert rec.loss == pytest.approx(curves["tiny"], rel=TOL), (cfg.tp, cfg.pp, cfg.parallel)

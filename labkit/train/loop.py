@@ -14,6 +14,10 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
     optimizer     AdamW step (scaler.step + update: skipped on overflow), zero_grad
     (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase
 
+With ``pp`` > 1 (chapter 24) the pipeline schedule's ``step`` takes the place of the forward/backward of the
+``accum`` micro-batches (:func:`labkit.train.pipeline.step`: phases ``data``, ``pipeline``, ``comm``) — the same
+loop, data, optimizer and record; with ``tp`` > 1 the model's blocks are split but the loop is unchanged.
+
 Parallelism is applied from outside the model by :func:`labkit.train.parallel.parallelize`; bottleneck
 injections by :mod:`labkit.train.inject`; the record is built by :mod:`labkit.train.report`.
 
