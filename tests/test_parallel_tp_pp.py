@@ -106,7 +106,7 @@ def test_bubble_arithmetic_on_a_hand_made_trace(tmp_path):
 
 def test_four_rank_layouts_follow_the_single_curve(curves):
     cfgs = [BASE.replace(tp=2, pp=2, micro_batch=4, accum=2),                     # TP × PP
-            BASE.replace(tp=2, parallel="ddp", micro_batch=4),                    # DP × TP (DDP)
+            BASE.replace(tp=2, parallel="ddp", micro_batch=2, accum=2),           # DP × TP (DDP, no_sync)
             BASE.replace(tp=2, parallel="fsdp", micro_batch=4),                   # DP × TP (FSDP2, 2-D)
             BASE.replace(pp=2, parallel="ddp", pp_schedule="gpipe", micro_batch=2, accum=2),    # DP × PP (DDP)
             BASE.replace(pp=2, parallel="fsdp", micro_batch=2, accum=2)]                          # DP × PP (FSDP2)

@@ -104,6 +104,12 @@ def handle(args) -> int:
     print(record.summary())
     phases = ", ".join(f"{k} {v.median * 1e3:.1f} ms" for k, v in record.phases.items())
     print(f"phases (median per step): {phases}")
+    lay = record.extra.get("layout")
+    if lay:
+        mesh = " × ".join(f"{k}={v}" for k, v in lay["mesh"].items())
+        extra = (f"; {lay['pp_schedule']}, {lay['micro_batches']} micro-batches, bubble model (p−1)/(v·m) = "
+                 f"{lay['bubble_predicted']:.3f}" if "pp_schedule" in lay else "")
+        print(f"layout: mesh {mesh} (dp strategy {lay['dp_strategy']}){extra}")
     print(f"loss {record.loss[0]:.3f} → {record.loss[-1]:.3f} over {len(record.loss)} steps; "
           f"peak source: {record.peak_source}; memory: {record.extra.get('peak_memory_kind')}")
     return 0
