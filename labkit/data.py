@@ -178,13 +178,16 @@ def make_loader(dataset: Dataset, batch_size: int, *, num_workers: int = 0, pin_
                 prefetch_factor: int | None = None, persistent_workers: bool = False,
                 slowdown_s: float = 0.0, shuffle: bool = True, seed: int = 0,
                 distributed: bool | None = None, drop_last: bool = True,
-                multiprocessing_context: str | None = None) -> DataLoader:
+                multiprocessing_context: str | None = None, num_replicas: int | None = None,
+                rank: int | None = None) -> DataLoader:
     """A DataLoader over ``dataset`` with the knobs of chapter 22 exposed.
 
     Sampling always goes through a ``DistributedSampler`` (``num_replicas=1`` when not distributed), so
     the global batch of step k is the same set of windows for 1 process with batch W·b and for W ranks
     with batch b each (rank r takes every W-th index of one seeded permutation). ``distributed=None``
-    means "yes when torch.distributed is initialised with more than one rank". Workers start with
+    means "yes when torch.distributed is initialised with more than one rank"; ``num_replicas``/``rank``
+    override the world (under tensor/pipeline parallelism only the data-parallel ranks split the data,
+    chapter 24). Workers start with
     ``forkserver`` where available (``spawn`` elsewhere) — forking a process that has run matmuls can
     deadlock (PLATFORM_NOTES) — unless ``multiprocessing_context`` says otherwise.
 
@@ -202,7 +205,15 @@ def make_loader(dataset: Dataset, batch_size: int, *, num_workers: int = 0, pin_
 
     if distributed is None:
         distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-    replicas, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
+    if num_replicas is not None:
+        if not isinstance(num_replicas, int) or num_replicas < 1 or not isinstance(rank, int) \
+                or not 0 <= rank < num_replicas:
+            raise ValueError(f"num_replicas={num_replicas!r}, rank={rank!r} is not valid; use an int ≥ 1 and "
+                             "0 ≤ rank < num_replicas")
+        replicas = num_replicas if distributed else 1
+        rank = rank if distributed else 0
+    else:
+        replicas, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
     if len(dataset) < batch_size * replicas:
         raise ValueError(f"dataset has {len(dataset)} samples, fewer than one global batch "
                          f"(batch_size={batch_size} × {replicas} ranks)")

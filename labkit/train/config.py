@@ -13,6 +13,12 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   ``cpu_offload``, ``fsdp_wrap`` granularity — chapter 20), ``"fsdp1"`` = ``FullyShardedDataParallel``
   (``sharding_strategy``, ``limit_all_gathers``, ``backward_prefetch``, ``forward_prefetch``,
   ``mp_policy``); ``checkpoint`` (activation recomputation per block), ``compile``;
+- **tensor and pipeline parallelism** (chapter 24; :mod:`labkit.train.tensor_parallel`,
+  :mod:`labkit.train.pipeline`): ``tp`` ranks split each block Megatron-style (``sequence_parallel`` splits
+  the activations between them along the sequence), ``pp`` pipeline stages run by ``pp_schedule``
+  (``"gpipe"``, ``"1f1b"``, ``"interleaved1f1b"`` with ``virtual_stages`` chunks per rank) whose
+  micro-batches are the ``accum`` micro-batches; ``parallel`` then applies over the remaining
+  dp = ranks / (tp·pp) ("single" when dp = 1);
 - **precision** (chapter 18): ``dtype`` = ``"fp32"``, ``"bf16"`` or ``"fp16"`` autocast; ``loss_scale``
   (``"auto"`` = dynamic under fp16, ``"dynamic"`` = ``torch.amp.GradScaler`` from ``scale_init`` growing
   after ``scale_growth_interval`` clean steps, a number = a static scale, ``"off"``); ``grad_stats`` (per-layer
@@ -54,6 +60,7 @@ SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSD
 BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
 FSDP_WRAP = ("block", "model")                   # FSDP units: one per transformer block + root, or the root only
 PREFETCH_MODES = ("both", "forward", "backward")  # FSDP2 explicit prefetch: which passes
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")   # torch.distributed.pipelining schedules (chapter 24)
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,12 @@ class TrainConfig:
     # gradient accumulation under data parallelism (chapter 15)
     no_sync: bool = True                # sync gradients on the last micro-batch only; False: on every one
     reshard_after_backward: bool = True  # FSDP2: False keeps parameters gathered between micro-batches
+    # tensor and pipeline parallelism (chapter 24): mesh (pp, dp, cp, tp), dp = ranks / (tp·pp)
+    tp: int = 1                         # tensor-parallel ranks per block (Megatron column/row split)
+    pp: int = 1                         # pipeline stages (ranks), micro-batches = accum
+    pp_schedule: str = "1f1b"           # one of PP_SCHEDULES
+    virtual_stages: int = 1             # model chunks per pipeline rank (interleaved1f1b: ≥ 2)
+    sequence_parallel: bool = False     # with tp > 1: activations between TP regions split along the sequence
 
     def __post_init__(self):
         from labkit.model_config import ATTENTIONS, SIZES
@@ -172,6 +185,50 @@ class TrainConfig:
             checks.flag(f"TrainConfig.{name}", getattr(self, name))
         if not self.reshard_after_backward and self.parallel != "fsdp":
             bad("reshard_after_backward", "False applies to parallel='fsdp' (FSDP2 set_reshard_after_backward) only")
+        self._check_model_parallel(bad)
+
+    def _check_model_parallel(self, bad) -> None:
+        """Chapter 24's knobs (tp · pp · dp = the world size is checked where the world is known:
+        labkit.train.parallel.mesh_shape)."""
+        for name in ("tp", "pp", "virtual_stages"):
+            checks.count(f"TrainConfig.{name}", getattr(self, name))
+        checks.flag("TrainConfig.sequence_parallel", self.sequence_parallel)
+        if self.pp_schedule not in PP_SCHEDULES:
+            bad("pp_schedule", f"choose one of {PP_SCHEDULES}")
+        m = self.model_config
+        if self.tp > 1 and (m.n_heads % self.tp or m.ff % self.tp):
+            bad("tp", f"n_heads={m.n_heads} and d_ff={m.ff} of model {self.model!r} must both be divisible by tp "
+                "(each rank holds whole heads and an equal slice of the MLP)")
+        if self.sequence_parallel and self.tp == 1:
+            bad("sequence_parallel", "sequence parallelism splits the activations of tensor-parallel ranks: it needs tp ≥ 2")
+        if self.sequence_parallel and self.pp > 1:
+            bad("sequence_parallel", "sequence parallelism with pp > 1 is not supported here: use tp alone")
+        if self.sequence_parallel and m.seq_len % self.tp:
+            bad("sequence_parallel", f"seq_len={m.seq_len} must be divisible by tp={self.tp}")
+        v = self.virtual_stages
+        if self.pp_schedule == "interleaved1f1b" and self.pp > 1 and v < 2:
+            bad("virtual_stages", "pp_schedule='interleaved1f1b' needs virtual_stages ≥ 2 (with 1 it is 1F1B)")
+        if v > 1 and (self.pp == 1 or self.pp_schedule != "interleaved1f1b"):
+            bad("virtual_stages", "virtual stages need pp ≥ 2 and pp_schedule='interleaved1f1b'")
+        if self.pp * v > m.n_layers:
+            bad("pp", f"pp={self.pp} × virtual_stages={v} stages need at least as many blocks; model {self.model!r} "
+                f"has n_layers={m.n_layers}")
+        if self.pp > 1 and self.pp_schedule != "gpipe" and self.accum < self.pp:
+            bad("accum", f"{self.pp_schedule} needs at least pp={self.pp} micro-batches (accum ≥ pp), else stages idle "
+                "for the whole step")
+        if self.pp > 1 and self.pp_schedule == "interleaved1f1b" and self.accum % max(1, self.accum // self.pp):
+            bad("accum", f"interleaved1f1b runs rounds of accum // pp micro-batches: accum={self.accum} must be a "
+                f"multiple of {self.accum // self.pp} (e.g. a multiple of pp={self.pp})")
+        if self.tp * self.pp > 1:
+            rules = {"compile": self.compile, "cpu_offload": self.cpu_offload, "grad_stats": self.grad_stats,
+                     "comm_hook": self.comm_hook is not None, "inject": self.inject != "none",
+                     "parallel": self.parallel == "fsdp1"}
+            for name, used in rules.items():
+                if used:
+                    bad(name, f"not supported with tp={self.tp}, pp={self.pp} in labkit (tensor/pipeline parallelism "
+                        "composes with parallel='single', 'ddp' or 'fsdp', eager, without injections)")
+            if self.scaling != "off":
+                bad("loss_scale", "loss scaling is not supported with tp/pp > 1 here: use fp32 or bf16")
 
     def _check_ddp_knobs(self, bad) -> None:
         """Chapter 19's DDP knobs: ``bucket_cap_mb`` (None = torch's default, 25 MiB with a 1 MiB first

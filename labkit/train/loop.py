@@ -14,6 +14,10 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
     optimizer     AdamW step (scaler.step + update: skipped on overflow), zero_grad
     (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase
 
+With ``pp`` > 1 (chapter 24) the pipeline schedule's ``step`` takes the place of the forward/backward of the
+``accum`` micro-batches (:func:`labkit.train.pipeline.step`: phases ``data``, ``pipeline``, ``comm``) — the same
+loop, data, optimizer and record; with ``tp`` > 1 the model's blocks are split but the loop is unchanged.
+
 Parallelism is applied from outside the model by :func:`labkit.train.parallel.parallelize`; bottleneck
 injections by :mod:`labkit.train.inject`; the record is built by :mod:`labkit.train.report`.
 
@@ -104,6 +108,10 @@ def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None,
     import torch
 
     phase = meter.phase if meter is not None else (lambda name: contextlib.nullcontext())
+    if getattr(model, "schedule", None) is not None:    # pp > 1: the schedule's step is forward/backward
+        from labkit.train import pipeline
+
+        return pipeline.step(model, micro_batches, cfg, device, phase, _autocast(cfg, device))
     total = torch.zeros((), device=device)
     for j in range(cfg.accum):
         with phase("data"):
@@ -121,13 +129,16 @@ def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None,
 
 
 def _batches(cfg: TrainConfig, slowdown_s: float, world_size: int, device):
-    """Cycle through the loader forever, reshuffling each epoch (DistributedSampler.set_epoch)."""
+    """Cycle through the loader forever, reshuffling each epoch (DistributedSampler.set_epoch); the data
+    is sharded over the data-parallel ranks only (tp/pp groups read the same batches)."""
     from labkit import data
+    from labkit.train.parallel import data_shard
 
+    replicas, index = data_shard(cfg, world_size, world()[1])
     loader = data.make_loader(data.TokenDataset(data.load_tokens(), cfg.model_config.seq_len), cfg.micro_batch,
                               num_workers=cfg.num_workers, pin_memory=device.type == "cuda",
                               persistent_workers=cfg.num_workers > 0, slowdown_s=slowdown_s,
-                              seed=cfg.seed, distributed=world_size > 1)
+                              seed=cfg.seed, distributed=replicas > 1, num_replicas=replicas, rank=index)
     epoch = 0
     while True:
         loader.sampler.set_epoch(epoch)
@@ -178,15 +189,16 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     import torch
     import torch.distributed as dist
 
-    if cfg.parallel != "single" and not dist.is_initialized() and "WORLD_SIZE" in os.environ:
+    ranks_needed = cfg.parallel != "single" or cfg.tp * cfg.pp > 1
+    if ranks_needed and not dist.is_initialized() and "WORLD_SIZE" in os.environ:
         from labkit.launcher.worker import init_distributed
 
         init_distributed()
     n, rank = world()
-    if cfg.parallel != "single" and not dist.is_initialized():
-        raise ValueError(f"parallel={cfg.parallel!r} needs torch.distributed: use labkit.train.run(cfg, nprocs) "
-                         "or torchrun")
-    if cfg.parallel == "single" and n > 1:
+    if ranks_needed and not dist.is_initialized():
+        raise ValueError(f"parallel={cfg.parallel!r}, tp={cfg.tp}, pp={cfg.pp} needs torch.distributed: use "
+                         "labkit.train.run(cfg, nprocs) or torchrun")
+    if cfg.parallel == "single" and n > cfg.tp * cfg.pp:
         raise ValueError(f"parallel='single' on {n} ranks would train {n} independent models; "
                          "use 'ddp' or 'fsdp'")
     if cfg.inject in ("comm", "straggler") and n < 2:
@@ -248,13 +260,17 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
                 prof.step()
     wall = time.perf_counter() - t0
     loss_t = torch.stack(losses).float()
-    if n > 1:   # the loss of the global batch = mean over ranks (equal local batch sizes)
-        dist.all_reduce(loss_t, op=dist.ReduceOp.SUM)
-        loss_t /= n
+    if n > 1:   # the loss of the global batch = mean over ranks (equal local batch sizes); with pp > 1 only
+        dist.all_reduce(loss_t, op=dist.ReduceOp.SUM)     # the n/pp last-stage ranks hold a loss, the rest 0
+        loss_t /= n // cfg.pp
     record = report.build(meter, cfg, requested, device=device, losses=loss_t.tolist(),
                           wall_s=wall, rank=rank, trace_files=trace_files, facts=facts)
     if probe is not None:
         record.extra["probe"] = probed
+    if cfg.tp * cfg.pp > 1:
+        from labkit.train.parallel import layout
+
+        record.extra["layout"] = layout(cfg, n, rank)
     hook_state = getattr(getattr(model, "_orig_mod", model), "labkit_comm_hook_state", None)
     if hook_state is not None:   # PowerSGD's own count of the gradient elements it was given and all-reduced
         record.extra["powersgd_numel"] = {"before": int(hook_state.total_numel_before_compression),
