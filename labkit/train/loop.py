@@ -124,10 +124,18 @@ def _batches(cfg: TrainConfig, slowdown_s: float, world_size: int, device):
     """Cycle through the loader forever, reshuffling each epoch (DistributedSampler.set_epoch)."""
     from labkit import data
 
-    loader = data.make_loader(data.TokenDataset(data.load_tokens(), cfg.model_config.seq_len), cfg.micro_batch,
-                              num_workers=cfg.num_workers, pin_memory=device.type == "cuda",
-                              persistent_workers=cfg.num_workers > 0, slowdown_s=slowdown_s,
-                              seed=cfg.seed, distributed=world_size > 1)
+    seq = cfg.model_config.seq_len
+    if cfg.dataset == "on_the_fly":                        # chapter 22: tokenise in __getitem__
+        ds = data.OnTheFlyDataset(seq)
+    elif cfg.packing:
+        ds = data.TokenDataset(data.load_tokens(), seq)
+    else:                                                  # one padded document per row (chapter 22)
+        ds = data.PaddedDataset(data.load_tokens(), seq, data.tokenizer().token_to_id(data.EOS))
+    persistent = cfg.num_workers > 0 if cfg.persistent_workers is None else cfg.persistent_workers
+    pin = device.type == "cuda" if cfg.pin_memory is None else cfg.pin_memory
+    loader = data.make_loader(ds, cfg.micro_batch, num_workers=cfg.num_workers, pin_memory=pin,
+                              prefetch_factor=cfg.prefetch_factor, persistent_workers=persistent,
+                              slowdown_s=slowdown_s, seed=cfg.seed, distributed=world_size > 1)
     epoch = 0
     while True:
         loader.sampler.set_epoch(epoch)
