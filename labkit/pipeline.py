@@ -175,9 +175,19 @@ def padding_waste(lengths, seq_len: int) -> dict:
     """Rows, positions and the share of positions that are padding, for one document per row (padded)
     and for packing, from document lengths in tokens (see the module docstring). Taught in chapter 22."""
     seq_len = checks.count("seq_len", seq_len)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if lengths.ndim != 1 or lengths.size == 0 or (lengths < 1).any():
-        raise ValueError("lengths must be a non-empty 1-D array of document lengths ≥ 1 token")
+    bad = ValueError(f"lengths={checks.short_repr(lengths)} is not valid: use a non-empty 1-D array of whole "
+                     "document lengths ≥ 1 token")
+    try:
+        raw = np.asarray(lengths)
+        objs = np.asarray(lengths, dtype=object).ravel()
+    except (TypeError, ValueError):
+        raise bad from None
+    if any(isinstance(v, (bool, np.bool_)) for v in objs):       # booleans are not lengths
+        raise bad
+    if raw.dtype.kind not in "iuf" or raw.ndim != 1 or raw.size == 0 or not np.isfinite(raw).all() \
+            or (raw != np.round(raw)).any() or (raw < 1).any():
+        raise bad
+    lengths = raw.astype(np.int64)
     pairs = lengths - 1
     real = int(pairs.sum())
     rows = int(np.sum(-(-pairs // seq_len)))

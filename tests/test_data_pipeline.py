@@ -40,7 +40,7 @@ def test_padding_waste_by_hand():
     assert math.isclose(w["padding_share"], 5 / 16)
     assert (w["packed_rows"], w["packed_dropped_tail"]) == (3, 0)
     assert math.isclose(w["row_ratio"], 4 / 3)
-    for bad in ([], [0, 3], [[1, 2]]):
+    for bad in ([], [0, 3], [[1, 2]], [3, float("nan")], [3.5], [True, 2], ["3"], None):
         with pytest.raises(ValueError, match="document lengths"):
             pipeline.padding_waste(bad, 4)
     with pytest.raises(ValueError, match="seq_len"):
