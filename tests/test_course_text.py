@@ -58,6 +58,10 @@ REQUIRED_WARNINGS = [
      "https://arxiv.org/abs/2304.11277"),
     (P3 + "ch20_fsdp_zero.ipynb", "`limit_all_gathers` is a rate limiter, not the switch that keeps weights",
      "https://pytorch.org/docs/stable/fsdp.html"),
+    (P3 + "ch22_data_pipeline.ipynb", "\"`num_workers` = CPU cores ÷ GPUs per node\" is a ceiling, not the setting",
+     "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"),
+    (P3 + "ch22_data_pipeline.ipynb", "`pin_memory=True` speeds up nothing without CUDA",
+     "https://pytorch.org/docs/stable/data.html#memory-pinning"),
 ]
 
 

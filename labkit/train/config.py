@@ -38,6 +38,9 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   ``"straggler"`` (the same block on one rank only, ``straggler_rank``, so the others wait for it at the
   collectives); ``inject_share`` is the share of a clean step the data/comm/host/straggler injection
   adds unless ``data_slowdown_s``/``comm_pad_mb``/``host_stall_s`` fix it;
+- **the data pipeline** (chapter 22): ``num_workers``, ``prefetch_factor``, ``persistent_workers``,
+  ``pin_memory`` (the DataLoader's), ``dataset`` = ``"memmap"`` (the pre-tokenised token file) or
+  ``"on_the_fly"`` (tokenised per sample), ``packing`` (False: one padded document per row);
 - **measurement**: ``warmup_steps`` (excluded from timing), ``profile_dir`` (one Chrome trace per
   rank; ``profile_steps`` = how many of the last steps to record), ``peak_flops`` (per device; None →
   :func:`labkit.hardware.resolve_peak`).
@@ -55,6 +58,7 @@ PARALLEL = ("single", "ddp", "fsdp", "fsdp1")
 DTYPES = ("fp32", "bf16", "fp16")
 COMM_HOOKS = (None, "fp16", "bf16", "powersgd")                            # DDP communication hooks
 LOSS_SCALES = ("auto", "dynamic", "off")                                  # or a number: a static scale
+DATASETS = ("memmap", "on_the_fly")                                        # chapter 22
 INJECTIONS = ("none", "data", "compute", "comm", "memory", "host", "straggler")
 SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSDP1
 BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
@@ -104,6 +108,12 @@ class TrainConfig:
     seed: int = 0
     num_workers: int = 0
     data_slowdown_s: float = 0.0        # sleep per sample in the loader (labkit.data.SlowDataset)
+    # -- the data pipeline (chapter 22) --
+    prefetch_factor: int | None = None  # batches each worker keeps ready (None → torch's 2); needs num_workers > 0
+    persistent_workers: bool | None = None  # keep workers across epochs (None → True when num_workers > 0)
+    pin_memory: bool | None = None      # page-locked batches (None → on CUDA only; True on CPU: torch warns, no-op)
+    dataset: str = "memmap"             # "memmap" (pre-tokenised token file) | "on_the_fly" (tokenise per sample)
+    packing: bool = True                # False: one document per row, padded (memmap only; labkit.data.PaddedDataset)
     inject: str = "none"                # one of INJECTIONS (labkit.train.inject)
     inject_share: float = 0.4           # share of a clean step the data/comm/host/straggler injection adds
     comm_pad_mb: float = 0.0            # extra all-reduce payload per step (inject="comm"; 0 → sized)
@@ -167,6 +177,7 @@ class TrainConfig:
         checks.count("TrainConfig.prefetch", self.prefetch, at_least=0)
         checks.count("TrainConfig.num_workers", self.num_workers, at_least=0)
         self._check_ddp_knobs(bad)
+        self._check_data(bad)
         checks.positive("TrainConfig.lr", self.lr)
         checks.nonneg("TrainConfig.data_slowdown_s", self.data_slowdown_s)
         checks.nonneg("TrainConfig.comm_pad_mb", self.comm_pad_mb)
@@ -257,6 +268,23 @@ class TrainConfig:
         if self.scaling != "off" and self.parallel in ("fsdp", "fsdp1"):
             bad("loss_scale", "loss scaling under FSDP needs a sharded scaler, which labkit does not offer: use "
                 "dtype='fp32' with mp_policy='bf16' (bf16 needs no loss scaling), or parallel='ddp'")
+
+    def _check_data(self, bad) -> None:
+        """Chapter 22's loader options: the worker-only knobs need workers; padding needs document ends."""
+        if self.prefetch_factor is not None:
+            checks.count("TrainConfig.prefetch_factor", self.prefetch_factor)
+            if self.num_workers == 0:
+                bad("prefetch_factor", "it counts batches per worker: it needs num_workers > 0 (or None)")
+        for name in ("persistent_workers", "pin_memory"):
+            if getattr(self, name) is not None:
+                checks.flag(f"TrainConfig.{name}", getattr(self, name))
+        if self.persistent_workers and self.num_workers == 0:
+            bad("persistent_workers", "True keeps worker processes alive: it needs num_workers > 0 (or None)")
+        if self.dataset not in DATASETS:
+            bad("dataset", f"choose one of {DATASETS}")
+        checks.flag("TrainConfig.packing", self.packing)
+        if not self.packing and self.dataset != "memmap":
+            bad("packing", "packing=False pads one document per row from the token file: it needs dataset='memmap'")
 
     @property
     def scaling(self) -> str:

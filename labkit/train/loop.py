@@ -135,10 +135,19 @@ def _batches(cfg: TrainConfig, slowdown_s: float, world_size: int, device):
     from labkit.train.parallel import data_shard
 
     replicas, index = data_shard(cfg, world_size, world()[1])
-    loader = data.make_loader(data.TokenDataset(data.load_tokens(), cfg.model_config.seq_len), cfg.micro_batch,
-                              num_workers=cfg.num_workers, pin_memory=device.type == "cuda",
-                              persistent_workers=cfg.num_workers > 0, slowdown_s=slowdown_s,
-                              seed=cfg.seed, distributed=replicas > 1, num_replicas=replicas, rank=index)
+    seq = cfg.model_config.seq_len
+    if cfg.dataset == "on_the_fly":                        # chapter 22: tokenise in __getitem__
+        ds = data.OnTheFlyDataset(seq)
+    elif cfg.packing:
+        ds = data.TokenDataset(data.load_tokens(), seq)
+    else:                                                  # one padded document per row (chapter 22)
+        ds = data.PaddedDataset(data.load_tokens(), seq, data.tokenizer().token_to_id(data.EOS))
+    persistent = cfg.num_workers > 0 if cfg.persistent_workers is None else cfg.persistent_workers
+    pin = device.type == "cuda" if cfg.pin_memory is None else cfg.pin_memory
+    loader = data.make_loader(ds, cfg.micro_batch, num_workers=cfg.num_workers, pin_memory=pin,
+                              prefetch_factor=cfg.prefetch_factor, persistent_workers=persistent,
+                              slowdown_s=slowdown_s, seed=cfg.seed, distributed=replicas > 1,
+                              num_replicas=replicas, rank=index)
     epoch = 0
     while True:
         loader.sampler.set_epoch(epoch)
