@@ -12,6 +12,11 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   ``cpu_offload``, ``fsdp_wrap`` granularity — chapter 20), ``"fsdp1"`` = ``FullyShardedDataParallel``
   (``sharding_strategy``, ``limit_all_gathers``, ``backward_prefetch``, ``forward_prefetch``,
   ``mp_policy``); ``checkpoint`` (activation recomputation per block), ``compile``;
+- **fusion and launch overhead** (chapter 17): ``optimizer_impl`` = ``"auto"`` (torch's choice),
+  ``"for-loop"`` (one set of ops per parameter tensor), ``"foreach"`` (horizontally fused ``_foreach_*``
+  ops over all tensors) or ``"fused"`` (one fused AdamW kernel), built by :mod:`labkit.train.optim`;
+  ``cuda_graphs`` (the model's forward and backward captured once as CUDA graphs and replayed —
+  ``torch.cuda.make_graphed_callables``, :mod:`labkit.train.graphs`; CUDA only, ``parallel="single"``);
 - **precision** (chapter 18): ``dtype`` = ``"fp32"``, ``"bf16"`` or ``"fp16"`` autocast; ``loss_scale``
   (``"auto"`` = dynamic under fp16, ``"dynamic"`` = ``torch.amp.GradScaler`` from ``scale_init`` growing
   after ``scale_growth_interval`` clean steps, a number = a static scale, ``"off"``); ``grad_stats`` (per-layer
@@ -53,6 +58,7 @@ SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSD
 BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
 FSDP_WRAP = ("block", "model")                   # FSDP units: one per transformer block + root, or the root only
 PREFETCH_MODES = ("both", "forward", "backward")  # FSDP2 explicit prefetch: which passes
+OPTIMIZER_IMPLS = ("auto", "for-loop", "foreach", "fused")   # AdamW implementations (chapter 17)
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,9 @@ class TrainConfig:
     prefetch_mode: str = "both"         # with prefetch ≥ 1: "both" | "forward" | "backward"
     checkpoint: bool = False            # activation checkpointing per block
     compile: bool = False               # torch.compile
+    # -- fusion and launch overhead (chapter 17) --
+    optimizer_impl: str = "auto"        # AdamW: "auto" (torch's choice) | "for-loop" | "foreach" | "fused"
+    cuda_graphs: bool = False           # forward + backward captured as CUDA graphs and replayed (CUDA only)
     attention: str = "sdpa"             # labkit.attention: sdpa, naive, or a forced backend (flash, math, ...)
     lr: float = 3e-4
     seed: int = 0
@@ -148,6 +157,7 @@ class TrainConfig:
         for name in ("limit_all_gathers", "forward_prefetch", "checkpoint", "compile", "cpu_offload"):
             checks.flag(f"TrainConfig.{name}", getattr(self, name))
         self._check_fsdp2_knobs(bad)
+        self._check_fusion(bad)
         checks.count("TrainConfig.prefetch", self.prefetch, at_least=0)
         checks.count("TrainConfig.num_workers", self.num_workers, at_least=0)
         checks.positive("TrainConfig.bucket_cap_mb", self.bucket_cap_mb)
@@ -186,6 +196,26 @@ class TrainConfig:
         if self.scaling != "off" and self.parallel in ("fsdp", "fsdp1"):
             bad("loss_scale", "loss scaling under FSDP needs a sharded scaler, which labkit does not offer: use "
                 "dtype='fp32' with mp_policy='bf16' (bf16 needs no loss scaling), or parallel='ddp'")
+
+    def _check_fusion(self, bad) -> None:
+        """Chapter 17's options: the AdamW implementation and CUDA graphs (whose capture needs static shapes,
+        one device and no recomputation inside the graph; the device itself is checked when the run starts)."""
+        if self.optimizer_impl not in OPTIMIZER_IMPLS:
+            bad("optimizer_impl", f"choose one of {OPTIMIZER_IMPLS}")
+        checks.flag("TrainConfig.cuda_graphs", self.cuda_graphs)
+        if not self.cuda_graphs:
+            return
+        if self.parallel != "single":
+            bad("cuda_graphs", "CUDA graphs apply to parallel='single' only here (graphing under DDP/FSDP needs "
+                "their collectives captured too)")
+        if self.compile:
+            bad("cuda_graphs", "choose one: compile=True with CUDA graphs is torch.compile(mode='reduce-overhead'), "
+                "which labkit does not configure; use cuda_graphs=True alone or compile=True alone")
+        if self.checkpoint or self.inject == "memory":
+            bad("cuda_graphs", "activation checkpointing (checkpoint=True, inject='memory') re-runs forward inside "
+                "backward, which a captured graph does not allow here")
+        if self.device == "cpu":
+            bad("cuda_graphs", "CUDA graphs need a CUDA device; device='cpu' has none")
 
     @property
     def scaling(self) -> str:
