@@ -364,7 +364,10 @@ def ab_optimizer(cfg, impl_a: str = "for-loop", impl_b: str = "fused", *, rounds
     model = build_model(run.replace(compile=False), device)
     x, y = global_batch(run, run.micro_batch, seed=run.seed)
     forward_backward(model, iter([(x, y)]), run, device)
-    models = {impl: copy.deepcopy(model) for impl in (impl_a, impl_b)}
+    models = {impl: copy.deepcopy(model) for impl in (impl_a, impl_b)}    # deepcopy drops .grad: copy them
+    for m in models.values():
+        for p, q in zip(m.parameters(), model.parameters(), strict=True):
+            p.grad = q.grad.clone()
     opts = {impl: build_optimizer(m, run.replace(optimizer_impl=impl)) for impl, m in models.items()}
     gpu = device.type == "cuda"
     with _threads(threads):
@@ -418,8 +421,8 @@ def _graph_doc(n, k, lu, graphed, g, gap, steps):
         ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": pid, "tid": tid,
                    "ts": host[-1][1] + host[-1][2], "dur": prev - host[-1][1] - host[-1][2], "args": {}})
         ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": pid, "tid": tid,
-                   "ts": start - 1.0, "dur": prev - start + 2.0, "args": {}})
-        t = prev + 2.0
+                   "ts": start, "dur": prev - start, "args": {}})
+        t = prev
     ev.sort(key=lambda e: (e.get("ts", 0.0), e.get("ph") != "M"))
     spec = {"n_kernels": n, "kernel_us": k, "launch_us": lu, "graphed": graphed, "graph_launch_us": g,
             "gap_us": gap, "steps": steps}
