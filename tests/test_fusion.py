@@ -191,3 +191,14 @@ def test_graph_traces_are_synthetic_and_read_by_labkit_trace(tmp_path):
         assert fusion.op_counts(p).kernels_per_call == 40                 # graphs replay the same kernels
     eager, graphed = (analyze(paths[m]).shares()["compute"] for m in ("eager", "graphed"))
     assert graphed > 1.5 * eager
+
+
+# ------------------------------------------------------------------------------------ the CLI
+def test_labkit_run_takes_the_fusion_options(capsys):
+    from labkit.cli import main
+
+    assert main(["run", "-n", "1", "--parallel", "single", "--steps", "2", "--warmup-steps", "1", "--seq-len", "16",
+                 "--micro-batch", "2", "--optimizer-impl", "fused", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["optimizer_impl"] == "fused"
+    assert main(["run", "-n", "1", "--parallel", "single", "--steps", "2", "--warmup-steps", "1", "--cuda-graphs"]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err
