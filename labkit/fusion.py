@@ -244,9 +244,14 @@ def compile_cost(compiled, eager, args, *, cache_dir=None, repeats: int = 5, inn
     new empty ``cache_dir`` (default: a temporary folder) — an honest cold compile — then its cached
     calls against ``eager`` on the same ``args``, then a recompile after ``torch._dynamo.reset()`` that
     finds the compiled code on disk. Inductor's cache folder is restored afterwards. Chapter 17."""
+    from statistics import median
+
     import torch
 
+    from labkit.hardware.measure import time_fn
+
     args = tuple(args)
+    dev = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
     warm = "torch._inductor.compile_fx" in sys.modules
     folder = Path(cache_dir) if cache_dir is not None else Path(tempfile.mkdtemp(prefix="labkit-inductor-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -260,8 +265,8 @@ def compile_cost(compiled, eager, args, *, cache_dir=None, repeats: int = 5, inn
         compiled(*args)
         first, c1 = time.perf_counter() - t0, _cpu_all()
         first_cpu = sum(v - c0.get(pid, 0.0) for pid, v in c1.items())
-        cached = _wall(lambda: compiled(*args), repeats, inner)
-        eager_s = _wall(lambda: eager(*args), repeats, inner)
+        cached, eager_s = (median(time_fn(f, dev, warmup=1, repeats=repeats, inner=inner))      # CUDA: events
+                           for f in (lambda: compiled(*args), lambda: eager(*args)))
         torch._dynamo.reset()
         t0 = time.perf_counter()
         compiled(*args)
@@ -272,19 +277,6 @@ def compile_cost(compiled, eager, args, *, cache_dir=None, repeats: int = 5, inn
         else:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
     return CompileCost(first, first_cpu, cached, eager_s, again, warm, str(folder))
-
-
-def _wall(fn, repeats, inner):
-    import statistics
-
-    fn()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        out.append((time.perf_counter() - t0) / inner)
-    return statistics.median(out)
 
 
 # ----------------------------------------------------------------------------------- traces
