@@ -60,7 +60,9 @@ def fused_constants(scale, shift, n_ops: int = 50):
 
 def fused_chain(x, a, b):
     """The whole chain as one op: ``addcmul(b, x, a)`` = a·x + b (:func:`fused_constants`). Chapter 17."""
-    return __import__("torch").addcmul(b, x, a)
+    import torch
+
+    return torch.addcmul(b, x, a)
 
 
 def chain_inputs(numel: int, device="cpu", seed: int = 0, scale: float = 1.0001, shift: float = 0.001):
