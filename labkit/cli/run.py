@@ -15,7 +15,7 @@ import os
 def register(subparsers) -> None:
     from labkit.model_config import ATTENTIONS, SIZES
     from labkit.train import DTYPES, PARALLEL
-    from labkit.train.config import PP_SCHEDULES
+    from labkit.train.config import OPTIMIZER_IMPLS, PP_SCHEDULES
 
     p = subparsers.add_parser(
         "run", help="train the reference workload and print its run record",
@@ -44,6 +44,10 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", default="fp32", choices=DTYPES)
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing per block")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--optimizer-impl", default="auto", choices=OPTIMIZER_IMPLS,
+                   help="AdamW implementation: auto (torch's choice), for-loop, foreach, fused (chapter 17)")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="capture forward + backward as CUDA graphs (one GPU, parallel single; chapter 17)")
     p.add_argument("--attention", default="sdpa", choices=ATTENTIONS,
                    help="naive, sdpa (PyTorch picks), or a forced SDPA backend (chapter 16; CPU: flash, math)")
     p.add_argument("--num-workers", type=int, default=0)
@@ -86,7 +90,13 @@ def handle(args) -> int:
                       checkpoint=args.checkpoint, compile=args.compile, attention=args.attention,
                       num_workers=args.num_workers, profile_dir=args.profile_dir, peak_flops=args.peak_flops,
                       seed=args.seed, label=f"labkit run {args.model} {parallel}×{nprocs}{layout}",
-                      no_sync=not args.sync_every_micro_batch, reshard_after_backward=not args.keep_gathered)
+                      no_sync=not args.sync_every_micro_batch, reshard_after_backward=not args.keep_gathered,
+                      optimizer_impl=args.optimizer_impl, cuda_graphs=args.cuda_graphs)
+    if cfg.cuda_graphs:            # refuse before launching ranks (chapter 17)
+        from labkit.hardware.measure import resolve_device
+        from labkit.train.graphs import require_cuda
+
+        require_cuda(resolve_device(cfg.device))
     if under_torchrun:
         record = train(cfg)
         from labkit.launcher import shutdown_distributed

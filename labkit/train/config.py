@@ -19,6 +19,11 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   (``"gpipe"``, ``"1f1b"``, ``"interleaved1f1b"`` with ``virtual_stages`` chunks per rank) whose
   micro-batches are the ``accum`` micro-batches; ``parallel`` then applies over the remaining
   dp = ranks / (tp·pp) ("single" when dp = 1);
+- **fusion and launch overhead** (chapter 17): ``optimizer_impl`` = ``"auto"`` (torch's choice),
+  ``"for-loop"`` (one set of ops per parameter tensor), ``"foreach"`` (horizontally fused ``_foreach_*``
+  ops over all tensors) or ``"fused"`` (one fused AdamW kernel), built by :mod:`labkit.train.optim`;
+  ``cuda_graphs`` (the model's forward and backward captured once as CUDA graphs and replayed —
+  ``torch.cuda.make_graphed_callables``, :mod:`labkit.train.graphs`; CUDA only, ``parallel="single"``);
 - **precision** (chapter 18): ``dtype`` = ``"fp32"``, ``"bf16"`` or ``"fp16"`` autocast; ``loss_scale``
   (``"auto"`` = dynamic under fp16, ``"dynamic"`` = ``torch.amp.GradScaler`` from ``scale_init`` growing
   after ``scale_growth_interval`` clean steps, a number = a static scale, ``"off"``); ``grad_stats`` (per-layer
@@ -65,6 +70,7 @@ BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSD
 FSDP_WRAP = ("block", "model")                   # FSDP units: one per transformer block + root, or the root only
 PREFETCH_MODES = ("both", "forward", "backward")  # FSDP2 explicit prefetch: which passes
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")   # torch.distributed.pipelining schedules (chapter 24)
+OPTIMIZER_IMPLS = ("auto", "for-loop", "foreach", "fused")   # AdamW implementations (chapter 17)
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,9 @@ class TrainConfig:
     prefetch_mode: str = "both"         # with prefetch ≥ 1: "both" | "forward" | "backward"
     checkpoint: bool = False            # activation checkpointing per block
     compile: bool = False               # torch.compile
+    # -- fusion and launch overhead (chapter 17) --
+    optimizer_impl: str = "auto"        # AdamW: "auto" (torch's choice) | "for-loop" | "foreach" | "fused"
+    cuda_graphs: bool = False           # forward + backward captured as CUDA graphs and replayed (CUDA only)
     attention: str = "sdpa"             # labkit.attention: sdpa, naive, or a forced backend (flash, math, ...)
     lr: float = 3e-4
     seed: int = 0
@@ -174,6 +183,7 @@ class TrainConfig:
         for name in ("limit_all_gathers", "forward_prefetch", "checkpoint", "compile", "cpu_offload"):
             checks.flag(f"TrainConfig.{name}", getattr(self, name))
         self._check_fsdp2_knobs(bad)
+        self._check_fusion(bad)
         checks.count("TrainConfig.prefetch", self.prefetch, at_least=0)
         checks.count("TrainConfig.num_workers", self.num_workers, at_least=0)
         self._check_ddp_knobs(bad)
@@ -285,6 +295,29 @@ class TrainConfig:
         checks.flag("TrainConfig.packing", self.packing)
         if not self.packing and self.dataset != "memmap":
             bad("packing", "packing=False pads one document per row from the token file: it needs dataset='memmap'")
+
+    def _check_fusion(self, bad) -> None:
+        """Chapter 17's options: the AdamW implementation and CUDA graphs (whose capture needs static shapes,
+        one device and no recomputation inside the graph; the device itself is checked when the run starts)."""
+        if self.optimizer_impl not in OPTIMIZER_IMPLS:
+            bad("optimizer_impl", f"choose one of {OPTIMIZER_IMPLS}")
+        checks.flag("TrainConfig.cuda_graphs", self.cuda_graphs)
+        if not self.cuda_graphs:
+            return
+        if self.tp * self.pp > 1:
+            bad("cuda_graphs", f"CUDA graphs apply to one device's whole model here, not to tp={self.tp} × "
+                f"pp={self.pp} shards; use tp=pp=1")
+        if self.parallel != "single":
+            bad("cuda_graphs", "CUDA graphs apply to parallel='single' only here (graphing under DDP/FSDP needs "
+                "their collectives captured too)")
+        if self.compile:
+            bad("cuda_graphs", "choose one: compile=True with CUDA graphs is torch.compile(mode='reduce-overhead'), "
+                "which labkit does not configure; use cuda_graphs=True alone or compile=True alone")
+        if self.checkpoint or self.inject == "memory":
+            bad("cuda_graphs", "activation checkpointing (checkpoint=True, inject='memory') re-runs forward inside "
+                "backward, which a captured graph does not allow here")
+        if self.device == "cpu":
+            bad("cuda_graphs", "CUDA graphs need a CUDA device; device='cpu' has none")
 
     @property
     def scaling(self) -> str:

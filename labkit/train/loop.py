@@ -11,7 +11,8 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
         backward  loss.backward()  — DDP/FSDP gradient sync only on the last micro-batch (no_sync)
                   (scaler.scale(loss).backward() with a loss scale, chapter 18)
     comm          only with inject="comm": the padded all-reduce
-    optimizer     AdamW step (scaler.step + update: skipped on overflow), zero_grad
+    optimizer     AdamW step (scaler.step + update: skipped on overflow), zero_grad — in the implementation
+                  cfg.optimizer_impl names (for-loop / foreach / fused, labkit.train.optim, chapter 17)
     (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase
 
 With ``pp`` > 1 (chapter 24) the pipeline schedule's ``step`` takes the place of the forward/backward of the
@@ -19,7 +20,9 @@ With ``pp`` > 1 (chapter 24) the pipeline schedule's ``step`` takes the place of
 loop, data, optimizer and record; with ``tp`` > 1 the model's blocks are split but the loop is unchanged.
 
 Parallelism is applied from outside the model by :func:`labkit.train.parallel.parallelize`; bottleneck
-injections by :mod:`labkit.train.inject`; the record is built by :mod:`labkit.train.report`.
+injections by :mod:`labkit.train.inject`; the record is built by :mod:`labkit.train.report`. With
+``cuda_graphs`` the model's forward and backward are captured once and replayed (:mod:`labkit.train.graphs`,
+chapter 17).
 
 Global batch = micro_batch × accum × world ranks sequences of seq_len tokens. The data order depends
 only on the seed and the global batch (see :func:`labkit.data.make_loader`), so 1 process with
@@ -43,6 +46,7 @@ import time
 from labkit.record import RunRecord
 from labkit.train import inject, report
 from labkit.train.config import TrainConfig
+from labkit.train.optim import build_optimizer
 from labkit.train.parallel import parallelize, sync_context, world
 
 
@@ -76,10 +80,11 @@ def build_model(cfg: TrainConfig, device):
 def _autocast(cfg: TrainConfig, device):
     import torch
 
+    cache = False if cfg.cuda_graphs else None   # CUDA-graph capture needs the weight-cast cache off (ch. 17)
     if cfg.dtype == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=cache)
     if cfg.dtype == "fp16":
-        return torch.autocast(device_type=device.type, dtype=torch.float16)
+        return torch.autocast(device_type=device.type, dtype=torch.float16, cache_enabled=cache)
     return contextlib.nullcontext()
 
 
@@ -216,7 +221,11 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     requested = cfg
     cfg, facts = inject.plan(cfg, device)
     model = build_model(cfg, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    if cfg.cuda_graphs:                                    # chapter 17: capture forward + backward once
+        from labkit.train.graphs import graph_model
+
+        model = graph_model(model, cfg, device, autocast=lambda: _autocast(cfg, device))
+    opt = build_optimizer(model, cfg)                      # chapter 17: for-loop / foreach / fused AdamW
     batches = _batches(cfg, cfg.data_slowdown_s, n, device)
 
     probed = {}
@@ -280,6 +289,8 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
         from labkit.train.parallel import layout
 
         record.extra["layout"] = layout(cfg, n, rank)
+    if cfg.cuda_graphs:
+        record.extra["cuda_graphs"] = dict(getattr(model, "labkit_cuda_graphs", {}))
     hook_state = getattr(getattr(model, "_orig_mod", model), "labkit_comm_hook_state", None)
     if hook_state is not None:   # PowerSGD's own count of the gradient elements it was given and all-reduced
         record.extra["powersgd_numel"] = {"before": int(hook_state.total_numel_before_compression),
