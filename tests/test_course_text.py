@@ -54,6 +54,10 @@ REQUIRED_WARNINGS = [
      "https://arxiv.org/abs/2304.11277"),
     (P3 + "ch20_fsdp_zero.ipynb", "`limit_all_gathers` is a rate limiter, not the switch that keeps weights",
      "https://pytorch.org/docs/stable/fsdp.html"),
+    (P3 + "ch21_checkpointing_offload.ipynb", "Selective recomputation saves nothing when the attention kernel is fused",
+     "https://arxiv.org/abs/2205.05198"),
+    (P3 + "ch21_checkpointing_offload.ipynb", "Offloading the optimizer does not move the optimizer state every step",
+     "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"),
 ]
 
 
