@@ -129,6 +129,9 @@ def probe_offload(cfg, measured_steps: int = 1) -> dict:
     if cfg.parallel != "fsdp":
         raise ValueError(f"cfg.parallel={cfg.parallel!r}: the offload probe measures FSDP2 (parallel='fsdp')")
     device = resolve_device(cfg.device)
+    if device.type == "cuda" and device.index is None:      # one GPU per rank
+        device = torch.device("cuda", dist.get_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     model = build_model(cfg, device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     ds = data.TokenDataset(data.load_tokens(), cfg.model_config.seq_len)
