@@ -32,6 +32,7 @@ import numbers
 from dataclasses import dataclass, field, fields, replace
 
 from labkit import checks
+from labkit.recompute_policy import recompute_share
 
 __all__ = ["METHODS", "RECOMPUTE", "ModelShape", "presets", "preset", "n_params", "n_active_params",
            "n_matmul_params", "attention_core_flops_per_token", "forward_flops_per_token",
@@ -291,27 +292,26 @@ def hardware_flops_per_token(shape: ModelShape, *, recompute: str = "none", meth
     ``"full"``: one extra forward of the transformer layers — for ``"6N"`` 2·N (so 8N, the seeds'
     "8PD"), for ``"palm"`` 2·(N − output layer) + 4·L·H·Q·T, for ``"megatron"`` the layers' forward
     without logits (reproducing Narayanan et al. SC21 eq. 3: 4× layers + 3× logits).
-    ``"selective"`` (Korthikanti et al. 2022 §5): the attention core forward again,
-    :func:`attention_core_flops_per_token` (≈0.9% extra for GPT-3 175B; Korthikanti et al. quote
-    2.7% because their accounting charges more than one forward of the core — labkit counts the one
-    recomputed forward the policy executes).
-
-    Taught in chapter 3 (FLOPs).
+    ``"selective"``/``"attention"`` (Korthikanti et al. 2022 §5): the attention core forward again,
+    :func:`attention_core_flops_per_token` (≈0.9% extra for GPT-3 175B; Korthikanti et al. quote 2.7% because
+    their accounting charges more than one forward of the core — labkit counts the one recomputed forward the
+    policy executes). ``"every:k"``: ⌈L/k⌉ of the L layers recomputed, that share of ``"full"``'s extra.
+    Taught in chapter 3 (FLOPs) and chapter 21 (recomputation in HFU).
     """
-    checks.one_of("recompute", recompute, RECOMPUTE)
     s = _check_shape(shape)
+    recompute, share = recompute_share(recompute, s.n_layers)
     model = model_flops_per_token(s, method=method, causal=causal, seq_len=seq_len)
     if recompute == "none":
         return model
     if recompute == "selective":
         return model + attention_core_flops_per_token(s, causal=causal, seq_len=seq_len)
     if method == "6N":
-        return model + 2.0 * n_matmul_params(s)
+        return model + share * 2.0 * n_matmul_params(s)
     if method == "palm":
         head = s.vocab_size * s.d_model
-        return (model + 2.0 * (n_matmul_params(s) - head)
-                + attention_core_flops_per_token(s, causal=causal, seq_len=seq_len))
-    return model + forward_flops_per_token(s, causal=causal, logits=False, seq_len=seq_len)
+        return model + share * (2.0 * (n_matmul_params(s) - head)
+                                + attention_core_flops_per_token(s, causal=causal, seq_len=seq_len))
+    return model + share * forward_flops_per_token(s, causal=causal, logits=False, seq_len=seq_len)
 
 
 def flops_per_step(shape: ModelShape, tokens: int, *, method: str = "palm", causal: bool = False,

@@ -12,6 +12,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from labkit import checks
+from labkit.recompute_policy import (  # noqa: F401 - chapter 21's policies, re-exported
+    CHECKPOINT_POLICIES,
+    checkpoint_policy,
+    checkpointed_blocks,
+    recompute_mode,
+)
 
 __all__ = ["ATTENTIONS", "GPTConfig", "SIZES", "gpt_config"]
 
@@ -97,3 +103,4 @@ def gpt_config(name: str = "tiny", **overrides) -> GPTConfig:
     if bad:
         raise ValueError(f"gpt_config: unknown field(s) {bad}; valid fields: {sorted(names)}")
     return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+

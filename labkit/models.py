@@ -35,6 +35,7 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
+        self.recompute_core = False   # chapter 21's "attention" policy: recompute QKᵀ, softmax, ·V in backward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -44,7 +45,11 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.view(B, T, -1, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
         # labkit.attention: naive (Vaswani et al. 2017, eq. 1, the T×T scores materialised), sdpa, or one
         # SDPA backend forced through torch.nn.attention.sdpa_kernel
-        y = attend(q, k, v, self.attention, causal=True, dropout_p=self.dropout, training=self.training)
+        if self.recompute_core and torch.is_grad_enabled():   # keep q, k, v; drop what the core saves
+            y = _checkpoint(attend, q, k, v, self.attention, causal=True, dropout_p=self.dropout,
+                            training=self.training, use_reentrant=False)
+        else:
+            y = attend(q, k, v, self.attention, causal=True, dropout_p=self.dropout, training=self.training)
         y = y.transpose(1, 2).contiguous().view(B, T, -1)
         return self.drop(self.proj(y))
 

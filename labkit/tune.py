@@ -277,7 +277,7 @@ def predicted_bytes(cfg, micro_batch: int, nprocs: int = 1) -> float:
     bf16 = cfg.compute_dtype == "bf16"
     precision = "bf16_autocast" if bf16 else "fp32"
     states = model_state_bytes(n, strategy=strategy, n_ranks=nprocs, precision=precision).model_states
-    acts = activation_bytes(mcfg, micro_batch, recompute="full" if cfg.checkpoint else "none",
+    acts = activation_bytes(mcfg, micro_batch, recompute=cfg.recompute,
                             dtype_bytes=2 if bf16 else 4, flash_attention=ATTENTION_STORES[cfg.attention] == "lse",
                             include_head=True)
     unit = n // (mcfg.n_layers + 1)
@@ -293,10 +293,13 @@ def _measured_bytes(cfg, device):
 
     from labkit.memory.tensors import measure_activation_bytes
     from labkit.models import GPT, gpt_config
+    from labkit.train.parallel import _checkpoint_blocks
 
-    mcfg = gpt_config(cfg.model, seq_len=cfg.seq_len, checkpoint=cfg.checkpoint, attention=cfg.attention)
+    mcfg = gpt_config(cfg.model, seq_len=cfg.seq_len, attention=cfg.attention)
     torch.manual_seed(cfg.seed)
     model = GPT(mcfg).to(device)
+    if cfg.checkpoint_policy != "none":         # chapter 21's policy, applied as the trainer applies it
+        _checkpoint_blocks(model, cfg.checkpoint_policy)
     states = sum(p.numel() * p.element_size() for p in model.parameters()) * 4  # params, grads, Adam m, v
     gen = torch.Generator().manual_seed(cfg.seed)
 

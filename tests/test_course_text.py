@@ -62,6 +62,10 @@ REQUIRED_WARNINGS = [
      "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"),
     (P3 + "ch22_data_pipeline.ipynb", "`pin_memory=True` speeds up nothing without CUDA",
      "https://pytorch.org/docs/stable/data.html#memory-pinning"),
+    (P3 + "ch21_checkpointing_offload.ipynb", "Selective recomputation saves nothing when the attention kernel is fused",
+     "https://arxiv.org/abs/2205.05198"),
+    (P3 + "ch21_checkpointing_offload.ipynb", "Offloading the optimizer does not move the optimizer state every step",
+     "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"),
 ]
 
 

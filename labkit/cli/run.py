@@ -42,7 +42,8 @@ def register(subparsers) -> None:
                    help="FSDP2: keep parameters gathered between micro-batches (reshard_after_backward=False)")
     p.add_argument("--seq-len", type=int, default=None)
     p.add_argument("--dtype", default="fp32", choices=DTYPES)
-    p.add_argument("--checkpoint", action="store_true", help="activation checkpointing per block")
+    p.add_argument("--checkpoint", nargs="?", const="full", default=False,
+                   help="activation checkpointing: bare = every block; or a policy: every:k, attention (chapter 21)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--optimizer-impl", default="auto", choices=OPTIMIZER_IMPLS,
                    help="AdamW implementation: auto (torch's choice), for-loop, foreach, fused (chapter 17)")

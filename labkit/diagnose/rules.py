@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.checks import ArgumentTypeError, count, flag, positive
+from labkit.checks import ArgumentTypeError, count, positive
 from labkit.diagnose.verdict import Diagnosis, Finding, Thresholds
 
 __all__ = ["diagnose", "compute", "communication", "peer_wait", "data", "memory", "scheduling", "RULES",
@@ -45,9 +45,21 @@ def _check_config(record) -> None:
         positive("record.device['memory_bytes']", dev["memory_bytes"])
     if cfg.get("num_workers") is not None:
         count("record.config['num_workers']", cfg["num_workers"], at_least=0)
-    if cfg.get("checkpoint") is not None:
-        flag("record.config['checkpoint']", cfg["checkpoint"])
+    if cfg.get("checkpoint") is not None:      # a bool or a chapter-21 policy ("every:2", "attention")
+        from labkit.model_config import checkpoint_policy
 
+        try:
+            checkpoint_policy(cfg["checkpoint"])
+        except ValueError as e:
+            raise ValueError(f"record.config['checkpoint']: {e}") from None
+
+
+
+def _checkpointed(value) -> bool:
+    """Whether a record's ``checkpoint`` (a bool or a chapter-21 policy) recomputes anything."""
+    from labkit.model_config import checkpoint_policy
+
+    return value is not None and checkpoint_policy(value) != "none"
 
 
 def _exposure(record, trace) -> tuple[float | None, float | None, float | None]:
@@ -241,7 +253,7 @@ def memory(record, trace, th: Thresholds) -> Finding | None:
                           "before growing the micro-batch")
     requested = cfg.get("micro_batch_requested")
     forced_mb = requested is not None and cfg.get("micro_batch") is not None and cfg["micro_batch"] < requested
-    recompute = bool(cfg.get("checkpoint")) or (record.hfu is not None and record.mfu is not None
+    recompute = _checkpointed(cfg.get("checkpoint")) or (record.hfu is not None and record.mfu is not None
                                                 and record.hfu > record.mfu * th.recompute_hfu_ratio)
     if cfg.get("memory_budget_bytes") and (forced_mb or recompute):
         ev["forced_by_memory_budget"] = True

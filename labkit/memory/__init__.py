@@ -9,7 +9,11 @@
   with ``torch.profiler``'s memory events;
 - ``measure.py`` — predicted vs measured per rank on real ranks of the reference trainer;
 - ``sharding.py`` — FSDP units, collectives and bytes per step, parameters held per knob (predicted);
-- ``knobs.py`` — the same measured on live FSDP2 ranks (a counting hook, registered parameter bytes).
+- ``knobs.py`` — the same measured on live FSDP2 ranks (a counting hook, registered parameter bytes);
+- ``recompute.py`` — activation-checkpointing policies measured against the models (saved bytes, peak, FLOPs
+  executed) and priced (``policy_costs``);
+- ``offload.py`` — FSDP2 CPU offload: bytes moved per step, when it pays on a GPU's PCIe link, the mechanism on
+  live ranks.
 
 Taught in chapter 13 (memory anatomy), chapter 16 (attention kernels), chapter 20 (FSDP / ZeRO) and chapter 21
 (checkpointing).

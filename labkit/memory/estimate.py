@@ -45,6 +45,7 @@ import numbers
 from dataclasses import dataclass, field, replace
 
 from labkit import checks
+from labkit.recompute_policy import checkpoint_policy, checkpointed_blocks, recompute_mode, recompute_share
 from labkit.units import GB, GIB, KB, KIB, MB, MIB
 
 __all__ = ["GiB", "STRATEGIES", "PRECISIONS", "OPTIMIZERS", "fmt_bytes", "canonical_strategy", "MemoryBreakdown",
@@ -255,7 +256,8 @@ def activation_bytes(shape, micro_batch: int, *, recompute: str = "none", tp: in
     ``shape``: anything with ``n_layers, d_model, n_heads, seq_len`` (and optionally ``d_ff``,
     ``vocab_size``) — :class:`labkit.flops.ModelShape` or :class:`labkit.models.GPTConfig`.
     recompute: "none" → ``sb(18h + 4·d_ff) + 5as²b`` per layer (= sbh(34 + 5as/h) for d_ff = 4h),
-    "selective" → drops the 5as²b attention term, "full" → ``2sbh`` (each layer's input only).
+    "selective" (or "attention") → drops the 5as²b attention term, "full" → ``2sbh`` (each layer's input
+    only), "every:k" → ⌈L/k⌉ layers "full", the others "none" (chapter 21's policies).
     With tp > 1 the sbh terms divide by t only with ``sequence_parallel`` (else 10sbh stay replicated,
     eq. 2). ``flash_attention`` never stores the s×s scores (as selective). ``dtype_bytes`` rescales
     from the paper's 16-bit activations. ``include_head`` adds the output layer 4sbh + 4sbv (§4.3).
@@ -274,7 +276,18 @@ def activation_bytes(shape, micro_batch: int, *, recompute: str = "none", tp: in
             raise checks.ArgumentTypeError(f"shape must have {name} (a labkit.flops.ModelShape or GPTConfig), "
                                            f"got {type(shape).__name__} {shape!r:.60}")
     L, h, a = (checks.count(f"shape.{k}", getattr(shape, k)) for k in ("n_layers", "d_model", "n_heads"))
-    checks.one_of("recompute", recompute, ("none", "selective", "full"))
+    recompute_share(recompute, L)            # a clear error for a name no policy has (chapter 21)
+    if recompute not in ("none", "selective", "full"):
+        recompute = recompute_mode(checkpoint_policy(recompute, L))     # "attention" → "selective", "every:k"
+    if recompute.startswith("every:"):      # ⌈L/k⌉ blocks keep only their input, the rest keep everything
+        kw = dict(tp=tp, sequence_parallel=sequence_parallel, seq_len=seq_len, dtype_bytes=dtype_bytes,
+                  flash_attention=flash_attention, attention=attention, dropout=dropout, mask_bytes=mask_bytes)
+        n_ck = len(checkpointed_blocks(recompute, L))
+        full = activation_bytes(shape, micro_batch, recompute="full", **kw)
+        none = activation_bytes(shape, micro_batch, recompute="none", **kw)
+        head = (activation_bytes(shape, micro_batch, recompute="none", include_head=True, **kw) - none
+                if checks.flag("include_head", include_head) else 0)
+        return int(round(n_ck / L * full + (L - n_ck) / L * none)) + head
     b = checks.count("micro_batch", micro_batch)
     t = checks.count("tp", tp)
     if h % t:

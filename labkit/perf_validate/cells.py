@@ -127,7 +127,7 @@ def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int
     from labkit import flops
 
     mcfg = cfg.model_config
-    fpt = flops.hardware_flops_per_token(mcfg.shape(), recompute="full" if cfg.checkpoint else "none")
+    fpt = flops.hardware_flops_per_token(mcfg.shape(), recompute=cfg.recompute)
     tokens = cfg.micro_batch * cfg.accum * n * mcfg.seq_len
     compute = steptime.compute_time(tokens, flops_per_token=fpt, peak_flops=rate, n_devices=n, mfu=1.0) * over
     model = _meta_model(cfg) if params is None else params

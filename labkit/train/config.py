@@ -12,7 +12,8 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   False / None = torch's default / an int, explicit ``prefetch`` depth and ``prefetch_mode``, ``mp_policy``,
   ``cpu_offload``, ``fsdp_wrap`` granularity — chapter 20), ``"fsdp1"`` = ``FullyShardedDataParallel``
   (``sharding_strategy``, ``limit_all_gathers``, ``backward_prefetch``, ``forward_prefetch``,
-  ``mp_policy``); ``checkpoint`` (activation recomputation per block), ``compile``;
+  ``mp_policy``); ``checkpoint`` (activation recomputation: False/True or a policy — every k-th block,
+  the attention core only; chapter 21), ``compile``;
 - **tensor and pipeline parallelism** (chapter 24; :mod:`labkit.train.tensor_parallel`,
   :mod:`labkit.train.pipeline`): ``tp`` ranks split each block Megatron-style (``sequence_parallel`` splits
   the activations between them along the sequence), ``pp`` pipeline stages run by ``pp_schedule``
@@ -107,7 +108,7 @@ class TrainConfig:
     cpu_offload: bool = False           # CPUOffloadPolicy: shards, grads, optimizer step on the host
     fsdp_wrap: str = "block"            # "block" (a unit per block + root) | "model" (one unit) — also FSDP1
     prefetch_mode: str = "both"         # with prefetch ≥ 1: "both" | "forward" | "backward"
-    checkpoint: bool = False            # activation checkpointing per block
+    checkpoint: bool | str = False      # False/"none" | True/"full" | "every:k" | "attention" (chapter 21)
     compile: bool = False               # torch.compile
     # -- fusion and launch overhead (chapter 17) --
     optimizer_impl: str = "auto"        # AdamW: "auto" (torch's choice) | "for-loop" | "foreach" | "fused"
@@ -180,7 +181,8 @@ class TrainConfig:
             bad("attention", f"choose one of {ATTENTIONS}")
         if self.inject not in INJECTIONS:
             bad("inject", f"choose one of {INJECTIONS}")
-        for name in ("limit_all_gathers", "forward_prefetch", "checkpoint", "compile", "cpu_offload"):
+        self._check_checkpoint(bad)
+        for name in ("limit_all_gathers", "forward_prefetch", "compile", "cpu_offload"):
             checks.flag(f"TrainConfig.{name}", getattr(self, name))
         self._check_fsdp2_knobs(bad)
         self._check_fusion(bad)
@@ -345,6 +347,35 @@ class TrainConfig:
             bad("fsdp_wrap", "wrapping granularity applies to parallel='fsdp' or 'fsdp1' only")
         if self.prefetch and self.fsdp_wrap == "model":
             bad("prefetch", "explicit prefetch moves between blocks: it needs fsdp_wrap='block'")
+
+    def _check_checkpoint(self, bad) -> None:
+        """Chapter 21's policy: a clear error for a value no policy names (labkit.model_config)."""
+        from labkit.model_config import SIZES, checkpoint_policy
+
+        if not isinstance(self.checkpoint, (bool, str)):
+            raise ValueError(f"TrainConfig.checkpoint must be True or False, or a policy name ('none', 'full', "
+                             f"'attention', 'every:k'), got {type(self.checkpoint).__name__} {self.checkpoint!r}")
+        try:
+            policy = checkpoint_policy(self.checkpoint, SIZES[self.model].n_layers)
+        except ValueError as e:
+            bad("checkpoint", str(e).split(": ", 1)[-1])
+        if self.parallel == "fsdp1" and policy not in ("none", "full"):
+            bad("checkpoint", "FSDP1 (apply_activation_checkpointing) takes True/'full' only here; use parallel="
+                "'fsdp' for 'every:k' or 'attention'")
+
+    @property
+    def checkpoint_policy(self) -> str:
+        """The canonical checkpointing policy: "none", "full", "every:k" or "attention" (chapter 21)."""
+        from labkit.model_config import checkpoint_policy
+
+        return checkpoint_policy(self.checkpoint)
+
+    @property
+    def recompute(self) -> str:
+        """What this run recomputes, as flops/memory models name it: "none", "full", "every:k" or "selective"."""
+        from labkit.model_config import recompute_mode
+
+        return recompute_mode(self.checkpoint)
 
     @property
     def model_config(self):

@@ -68,7 +68,7 @@ def plan(cfg, device) -> tuple:
         facts.update(micro_batch_requested=cfg.micro_batch, activation_bytes_per_sample=per_sample,
                      memory_budget_bytes=int(budget) + states)
         cfg = cfg.replace(micro_batch=mb, accum=cfg.accum * (cfg.micro_batch // mb),
-                          checkpoint=cfg.checkpoint or mb * per_sample > budget)
+                          checkpoint=cfg.checkpoint if cfg.checkpoint_policy != "none" else mb * per_sample > budget)
     return cfg, facts
 
 

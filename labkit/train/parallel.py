@@ -4,8 +4,9 @@
 would wrap their own (torchtitan's seam: build the model, then apply AC, sharding or replication, then
 compile). Order matters and follows the PyTorch docs:
 
-1. activation checkpointing of every transformer block (``checkpoint_wrapper``, non-reentrant) —
-   before DDP / FSDP2 wrap the blocks; for FSDP1 after wrapping (``apply_activation_checkpointing``);
+1. activation checkpointing by ``cfg.checkpoint``'s policy (chapter 21): every block, every k-th block
+   (``checkpoint_wrapper``, non-reentrant) or the attention core only — before DDP / FSDP2 wrap the blocks;
+   for FSDP1 (every block only) after wrapping (``apply_activation_checkpointing``);
 2. ``"ddp"``: ``DistributedDataParallel(bucket_cap_mb=…, gradient_as_bucket_view=…, static_graph=…)``
    (https://pytorch.org/docs/stable/notes/ddp.html; chapter 19), with an optional communication hook (chapter 23:
    fp16 / bf16 compression, PowerSGD; https://pytorch.org/docs/stable/ddp_comm_hooks.html);
@@ -113,8 +114,8 @@ def _model_parallel(model, cfg, device, n: int):
         apply_tensor_parallel(model, mesh["tp"], sequence_parallel=cfg.sequence_parallel)
 
     def wrap(part):
-        if cfg.checkpoint:
-            _checkpoint_blocks(part)
+        if cfg.checkpoint_policy != "none":
+            _checkpoint_blocks(part, cfg.checkpoint_policy)
         if cfg.parallel == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -136,11 +137,20 @@ def _model_parallel(model, cfg, device, n: int):
     return wrap(model)
 
 
-def _checkpoint_blocks(model) -> None:
+def _checkpoint_blocks(model, policy="full") -> None:
+    """Apply an activation-checkpointing policy (:func:`labkit.model_config.checkpoint_policy`): wrap the
+    blocks it checkpoints whole, or mark every attention core for recomputation ("attention"). Chapter 21."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    for i, block in enumerate(model.blocks):
-        model.blocks[i] = checkpoint_wrapper(block)
+    from labkit.model_config import checkpoint_policy, checkpointed_blocks
+
+    n = len(model.blocks)
+    if checkpoint_policy(policy, n) == "attention":
+        for block in model.blocks:
+            block.attn.recompute_core = True
+        return
+    for i in checkpointed_blocks(policy, n):
+        model.blocks[i] = checkpoint_wrapper(model.blocks[i])
 
 
 def comm_hook(ddp, cfg, device):
@@ -209,7 +219,7 @@ def _fsdp1(model, cfg, device):
                    backward_prefetch=BackwardPrefetch[cfg.backward_prefetch] if cfg.backward_prefetch else None,
                    forward_prefetch=cfg.forward_prefetch, limit_all_gathers=cfg.limit_all_gathers,
                    device_id=device if device.type == "cpu" else device.index)
-    if cfg.checkpoint:
+    if cfg.checkpoint_policy == "full":
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
 
         apply_activation_checkpointing(wrapped, check_fn=lambda m: isinstance(m, Block))
@@ -224,8 +234,8 @@ def parallelize(model, cfg, device):
     n, _ = world()
     if cfg.tp * cfg.pp > 1:
         return _model_parallel(model, cfg, device, n)
-    if cfg.checkpoint and cfg.parallel != "fsdp1":
-        _checkpoint_blocks(model)
+    if cfg.checkpoint_policy != "none" and cfg.parallel != "fsdp1":
+        _checkpoint_blocks(model, cfg.checkpoint_policy)
     if cfg.parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -33,7 +33,7 @@ def meter_for(cfg, n_devices: int, device):
                  tokens_per_step=cfg.micro_batch * cfg.accum * replicas * mcfg.seq_len,
                  flops_per_token=flops.model_flops_per_token(shape),
                  hardware_flops_per_token=flops.hardware_flops_per_token(
-                     shape, recompute="full" if cfg.checkpoint else "none"),
+                     shape, recompute=cfg.recompute),   # chapter 21: the policy's recomputed FLOPs
                  peak_flops=peak, peak_source=source, n_devices=n_devices, dtype=cfg.compute_dtype,
                  label=cfg.label, ranges="nvtx")     # NVTX ranges per step and phase on CUDA (chapter 10)
 
