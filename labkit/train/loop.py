@@ -13,6 +13,8 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
     comm          only with inject="comm": the padded all-reduce
     optimizer     AdamW step (scaler.step + update: skipped on overflow), zero_grad
     (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase
+    (between)     chapter 25 (labkit.train.adaptive.AdaptiveRun): the next step's accumulation and learning
+                  rate, the held-out evaluation, the weight average
 
 Parallelism is applied from outside the model by :func:`labkit.train.parallel.parallelize`; bottleneck
 injections by :mod:`labkit.train.inject`; the record is built by :mod:`labkit.train.report`.
@@ -93,8 +95,8 @@ def _scaler(cfg: TrainConfig, device):
     return None
 
 
-def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None, scaler=None):
-    """Accumulate gradients over ``cfg.accum`` micro-batches from ``micro_batches`` (an iterator of
+def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None, scaler=None, accum=None):
+    """Accumulate gradients over ``accum`` (default ``cfg.accum``; chapter 25 varies it) micro-batches from ``micro_batches`` (an iterator of
     (x, y)); returns the summed loss.
 
     Each micro-batch's loss is divided by ``cfg.accum`` so the accumulated gradient equals the gradient
@@ -104,16 +106,17 @@ def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None,
     import torch
 
     phase = meter.phase if meter is not None else (lambda name: contextlib.nullcontext())
+    k = cfg.first_accum if accum is None else accum
     total = torch.zeros((), device=device)
-    for j in range(cfg.accum):
+    for j in range(k):
         with phase("data"):
             x, y = next(micro_batches)
             x = x.to(device, non_blocking=True)
             y = y.to(device, non_blocking=True)
-        with sync_context(model, cfg, last=j == cfg.accum - 1):
+        with sync_context(model, cfg, last=j == k - 1):
             with phase("forward"), _autocast(cfg, device):
                 _, loss = model(x, y)
-                loss = loss / cfg.accum
+                loss = loss / k
             with phase("backward"):
                 (scaler.scale(loss) if scaler is not None else loss).backward()
         total += loss.detach().float()
@@ -121,13 +124,18 @@ def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None,
 
 
 def _batches(cfg: TrainConfig, slowdown_s: float, world_size: int, device):
-    """Cycle through the loader forever, reshuffling each epoch (DistributedSampler.set_epoch)."""
+    """Cycle through the loader forever, reshuffling each epoch (DistributedSampler.set_epoch); with
+    ``val_every`` the held-out windows are not in it (:func:`labkit.train.adaptive.held_out`)."""
     from labkit import data
+    from labkit.train.adaptive import held_out
 
-    loader = data.make_loader(data.TokenDataset(data.load_tokens(), cfg.model_config.seq_len), cfg.micro_batch,
+    loader = data.make_loader(held_out(cfg)[0], cfg.micro_batch,
                               num_workers=cfg.num_workers, pin_memory=device.type == "cuda",
                               persistent_workers=cfg.num_workers > 0, slowdown_s=slowdown_s,
                               seed=cfg.seed, distributed=world_size > 1)
+    if len(loader) == 0:       # a small training set (chapter 25): every rank needs a whole micro-batch
+        raise ValueError(f"TrainConfig.train_sequences={cfg.train_sequences} gives no micro-batch of "
+                         f"{cfg.micro_batch} on each of {world_size} ranks: use at least {cfg.micro_batch * world_size}")
     epoch = 0
     while True:
         loader.sampler.set_epoch(epoch)
@@ -202,10 +210,16 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     scaler = _scaler(cfg, device)                          # chapter 18: loss scaling and its log
     scale_log, grad_log = [], []
 
-    def step(meter=None, pad=None, last=False, stall=0.0):
-        loss = forward_backward(model, batches, cfg, device, meter, scaler)
+    from labkit.train.adaptive import AdaptiveRun, held_out
+
+    between = AdaptiveRun(cfg, model, opt, device, held_out(cfg)[1], n)   # chapter 25: accum, lr, val, SWA
+
+    def step(meter=None, pad=None, last=False, stall=0.0, accum=None):
+        loss = forward_backward(model, batches, cfg, device, meter, scaler, accum)
         if scaler is not None or cfg.dtype == "fp16" or cfg.grad_stats:
             _monitor(model, opt, scaler, scale_log, grad_log, cfg)
+        if cfg.max_grad_norm is not None:     # chapter 25: once, after the last micro-batch, on unscaled grads
+            between.clip(scaler)
         if pad is not None:
             from torch.profiler import record_function
 
@@ -239,11 +253,15 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     meter = report.meter_for(cfg, n, device)
     prof, trace_files = _profiler(cfg, device, rank)
     losses = []
+    a, b = cfg.inject_steps or (0, cfg.steps)           # chapter 25: an injection switched on and off by step
     t0 = time.perf_counter()
     with prof if prof is not None else contextlib.nullcontext():
         for i in range(cfg.steps):
-            with meter.step():
-                losses.append(step(meter, pad, last=i == cfg.steps - 1, stall=stall))
+            k, on = between.before_step(), a <= i < b
+            with meter.step(tokens=meter.tokens_per_step // cfg.first_accum * k):
+                losses.append(step(meter, pad if on else None, last=i == cfg.steps - 1, stall=stall if on else 0.0,
+                                   accum=k))
+            between.after_step(i, meter)
             if prof is not None:
                 prof.step()
     wall = time.perf_counter() - t0
@@ -253,6 +271,7 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
         loss_t /= n
     record = report.build(meter, cfg, requested, device=device, losses=loss_t.tolist(),
                           wall_s=wall, rank=rank, trace_files=trace_files, facts=facts)
+    record.extra.update(between.extra(meter))
     if probe is not None:
         record.extra["probe"] = probed
     hook_state = getattr(getattr(model, "_orig_mod", model), "labkit_comm_hook_state", None)
