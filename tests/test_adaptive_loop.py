@@ -94,7 +94,7 @@ def test_a_slow_link_raises_accumulation_on_live_ranks_and_its_removal_lowers_it
                       peak_flops=1e12)
     rec = run(cfg, 2, timeout_s=400)
     ks = rec.extra["accum_per_step"]
-    assert ks[:3] == [1, 1, 1] and max(ks[3:16]) >= 3 and ks[-1] == 1
+    assert ks[:3] == [1, 1, 1] and max(ks[3:13]) >= 3 and ks[-1] < max(ks[3:13])     # 1, or 2 (hysteresis dead band)
     assert rec.extra["losses_per_rank"][0] == rec.extra["losses_per_rank"][1]
 
 
@@ -107,7 +107,7 @@ def test_clipping_once_per_step_records_the_norm_and_bad_thresholds_are_named():
 
 
 def test_averaged_gradient_norm_does_not_grow_with_accumulation():
-    from labkit.train.adaptive import grad_norms
+    from labkit.train.accum import grad_norms
 
     mean = grad_norms(BASE, (1, 4))
     summed = grad_norms(BASE, (1, 4), summed=True)

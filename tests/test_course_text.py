@@ -54,6 +54,12 @@ REQUIRED_WARNINGS = [
      "https://arxiv.org/abs/2304.11277"),
     (P3 + "ch20_fsdp_zero.ipynb", "`limit_all_gathers` is a rate limiter, not the switch that keeps weights",
      "https://pytorch.org/docs/stable/fsdp.html"),
+    (P3 + "ch25_adaptive_accumulation.ipynb", "`lr × accum` is Goyal et al.'s linear rule for SGD, not a default for AdamW",
+     "https://arxiv.org/abs/2205.10287"),
+    (P3 + "ch25_adaptive_accumulation.ipynb", "`max_norm = 0.1·√accum` assumes summed, not averaged, gradients",
+     "https://pytorch.org/docs/stable/notes/amp_examples.html"),
+    (P3 + "ch25_adaptive_accumulation.ipynb", "ratio per step makes the rule oscillate",
+     "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"),
 ]
 
 

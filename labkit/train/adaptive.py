@@ -31,11 +31,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from labkit import checks
+from labkit.train.config import LR_RULES  # the rules TrainConfig validates accum_lr_rule against
 
 __all__ = ["AccumController", "ValidationGuard", "AdaptiveRun", "scaled_lr", "simulate", "held_out",
-           "grad_norms", "LR_RULES"]
+           "LR_RULES"]
 
-LR_RULES = ("sqrt", "linear", "none")
 
 
 @dataclass
@@ -178,8 +178,11 @@ class AdaptiveRun:
     Taught in chapter 25.
     """
 
-    def __init__(self, cfg, model, opt, device, val, world_size: int):
+    def __init__(self, cfg, model, opt, device, val, world_size: int, autocast=None):
+        import contextlib
+
         self.cfg, self.model, self.opt, self.device, self.val = cfg, model, opt, device, val
+        self._autocast = autocast or contextlib.nullcontext     # the loop's autocast for the held-out forward
         self.ctl = (AccumController(window=cfg.accum_window, cap=cfg.accum_cap, hysteresis=cfg.accum_hysteresis,
                                     start=cfg.accum_start) if cfg.adaptive else None)
         self.guard = ValidationGuard(patience=cfg.val_patience) if (cfg.adaptive and val is not None) else None
@@ -275,8 +278,6 @@ class AdaptiveRun:
         """Mean loss on the held-out windows (eval mode, no gradients); ``weights`` swapped in for it."""
         import torch
 
-        from labkit.train.loop import _autocast
-
         net = self._module() if weights is not None else self.model
         params = list(self._module().parameters())
         saved = [p.detach().clone() for p in params] if weights is not None else None
@@ -288,7 +289,7 @@ class AdaptiveRun:
                 if weights is not None:
                     for p, w in zip(params, weights, strict=True):
                         p.copy_(w)
-                with _autocast(self.cfg, self.device):
+                with self._autocast():
                     _, loss = net(x, y)
                 return float(loss.float())
         finally:
@@ -318,25 +319,3 @@ class AdaptiveRun:
             out["val_log"] = self.val_log
         return out
 
-
-def grad_norms(cfg, accums=(1, 2, 4, 8), *, summed: bool = False) -> dict[int, float]:
-    """The global gradient norm after accumulating k micro-batches of ``cfg`` (fresh seeded model, the loop's
-    own :func:`~labkit.train.loop.forward_backward`, the first k micro-batches of the seeded data stream) for
-    each k: each micro-batch's loss ÷ k (the loop's way, ``summed=False``), or summed over micro-batches
-    (× k: what the source's ``max_norm = 0.1·√k`` assumes). Taught in chapter 25 (the clipping threshold)."""
-    import torch
-
-    from labkit.train.loop import _batches, build_model, forward_backward
-
-    if not accums:
-        raise ValueError("accums must name at least one accumulation")
-    ks = [checks.count("accum", k) for k in accums]
-    cpu = torch.device("cpu")
-    model = build_model(cfg, cpu)          # one seeded model; gradients cleared between accumulations
-    out = {}
-    for k in ks:
-        model.zero_grad(set_to_none=True)
-        forward_backward(model, _batches(cfg, 0.0, 1, cpu), cfg, cpu, accum=k)
-        g = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
-        out[k] = float(g.norm()) * (k if summed else 1)
-    return out

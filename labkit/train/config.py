@@ -63,6 +63,7 @@ SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSD
 BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
 FSDP_WRAP = ("block", "model")                   # FSDP units: one per transformer block + root, or the root only
 PREFETCH_MODES = ("both", "forward", "backward")  # FSDP2 explicit prefetch: which passes
+LR_RULES = ("sqrt", "linear", "none")             # accum="adaptive": how the lr follows accumulation (chapter 25)
 
 
 @dataclass(frozen=True)
@@ -197,8 +198,6 @@ class TrainConfig:
 
     def _check_adaptive(self, bad) -> None:
         """Chapter 25's knobs: ``accum`` an int or "adaptive"; the controller's knobs with "adaptive" only."""
-        from labkit.train.adaptive import LR_RULES
-
         if self.accum != "adaptive":
             checks.count("TrainConfig.accum", self.accum)
         for name in ("accum_window", "accum_cap", "accum_hysteresis", "val_sequences", "val_patience"):

@@ -212,7 +212,8 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
 
     from labkit.train.adaptive import AdaptiveRun, held_out
 
-    between = AdaptiveRun(cfg, model, opt, device, held_out(cfg)[1], n)   # chapter 25: accum, lr, val, SWA
+    between = AdaptiveRun(cfg, model, opt, device, held_out(cfg)[1], n,       # chapter 25: accum, lr, val, SWA
+                          autocast=lambda: _autocast(cfg, device))
 
     def step(meter=None, pad=None, last=False, stall=0.0, accum=None):
         loss = forward_backward(model, batches, cfg, device, meter, scaler, accum)
