@@ -21,7 +21,7 @@ from labkit import checks
 from labkit.perf.steptime import tokens_per_s_at  # noqa: F401 - taught in chapter 1
 
 __all__ = ["extra_wallclock_fraction", "wallclock_s", "tokens_per_s_at", "training_cost", "TrainingCost",
-           "throughput_for_deadline"]
+           "throughput_for_deadline", "device_choice"]
 
 
 def extra_wallclock_fraction(throughput_drop: float) -> float:
@@ -127,3 +127,64 @@ def training_cost(*, tokens: float, flops_per_token: float, n_devices: int, peak
                                                               device_power_w=device_power_w, pue=pue, **given)
     return TrainingCost(tokens=tokens, total_flops=total, tokens_per_s=tps, n_devices=n_devices,
                         wall_s=wall, device_hours=dev_h, cost=cost, energy_kwh=energy)
+
+
+def device_choice(*, tokens: float, flops_per_token: float, mfu: float, n_devices: int, devices=None,
+                  dtype: str = "bf16", reference: str = "H100-SXM", prices: dict | None = None) -> list[dict]:
+    """The same token budget on catalogued parts (:mod:`labkit.hardware.catalogue`), at one assumed ``mfu``.
+
+    One row per part: its dense ``dtype`` peak, tokens/s, wall-clock days and device-hours on ``n_devices``
+    (:func:`training_cost`), and
+    ``break_even_price_ratio``: at equal MFU the part costs less per token than the reference exactly when
+    its hourly price is below this multiple of the reference's — cost/token = price × device-hours / tokens,
+    and device-hours scale as 1/peak. With ``prices`` ({part: price per device-hour}, *your* prices) each
+    priced row also gets ``cost`` and ``cost_per_million_tokens``. ``devices``: catalogue names (default:
+    every part with a ``dtype`` peak). Equal MFU across parts is the assumption to question: a part short
+    of memory or bandwidth reaches a lower MFU. Taught in chapter 28 (cost and regression monitoring).
+    """
+    from labkit.hardware import catalogue
+
+    tokens = checks.positive("tokens", tokens)
+    fpt = checks.positive("flops_per_token", flops_per_token)
+    mfu = checks.number("mfu", mfu, low=0, high=1, low_open=True)
+    n_devices = checks.count("n_devices", n_devices)
+
+    def part(param, name):
+        try:
+            return catalogue.lookup(name)
+        except checks.ArgumentTypeError as e:
+            raise checks.ArgumentTypeError(f"{param}: {e}") from None
+        except ValueError as e:
+            raise ValueError(f"{param}: {e}") from None
+
+    try:
+        dkey = catalogue.normalize_dtype(dtype)
+    except checks.ArgumentTypeError as e:
+        raise checks.ArgumentTypeError(f"dtype: {e}") from None
+    ref_peak = part("reference", reference).peak(dkey)
+    if devices is None:
+        names = [n for n, sp in catalogue.CATALOGUE.items() if dkey in sp.peak_flops]
+    else:
+        if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
+            raise checks.ArgumentTypeError(f"devices must be a list of catalogue names, got {devices!r:.60}")
+        names = [part(f"devices[{i}]", d).name for i, d in enumerate(devices)]
+    if prices is not None:
+        if not isinstance(prices, dict):
+            raise checks.ArgumentTypeError(f"prices must be a dict {{part: price per device-hour}}, got "
+                                           f"{type(prices).__name__}")
+        prices = {part(f"prices key {k!r}", k).name: checks.nonneg(f"prices[{k!r}]", v) for k, v in prices.items()}
+    rows = []
+    for name in names:
+        peak = catalogue.lookup(name).peak(dkey)
+        price = None if prices is None else prices.get(name)
+        tc = training_cost(tokens=tokens, flops_per_token=fpt, n_devices=n_devices, peak_flops=peak, mfu=mfu,
+                           price_per_device_hour=price)
+        row = {"device": name, "peak_tflops": peak / 1e12, "tokens_per_s": tc.tokens_per_s, "days": tc.days,
+               "device_hours": tc.device_hours,
+               "break_even_price_ratio": peak / ref_peak}
+        if price is not None:
+            row |= {"price_per_device_hour": price, "cost": tc.cost,
+                    "cost_per_million_tokens": checks.finite_result("cost per million tokens", tc.cost / tokens * 1e6,
+                                                                    tokens=tokens, price=price)}
+        rows.append(row)
+    return rows

@@ -38,12 +38,14 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        # -1 heads: under tensor parallelism (chapter 24) this rank's qkv holds n_heads/tp heads of q, k and v
+        # (labkit.train.tensor_parallel), so the local head count comes from the width, never from the config
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (t.view(B, T, -1, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
         # labkit.attention: naive (Vaswani et al. 2017, eq. 1, the T×T scores materialised), sdpa, or one
         # SDPA backend forced through torch.nn.attention.sdpa_kernel
         y = attend(q, k, v, self.attention, causal=True, dropout_p=self.dropout, training=self.training)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        y = y.transpose(1, 2).contiguous().view(B, T, -1)
         return self.drop(self.proj(y))
 
 
@@ -116,15 +118,24 @@ class GPT(nn.Module):
         """Parameters counted once (the tied embedding once)."""
         return sum(p.numel() for p in self.parameters())
 
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token + position embeddings of ``idx`` (B, T) → (B, T, d): what the first pipeline stage runs
+        before its blocks (chapter 24)."""
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        return self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final LayerNorm and the (tied) output head: what the last pipeline stage runs after its blocks."""
+        return self.head(self.ln_f(x))
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         B, T = idx.shape
         if T > self.config.seq_len:
             raise ValueError(f"sequence length {T} exceeds the model's seq_len={self.config.seq_len}")
-        pos = torch.arange(T, device=idx.device)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        x = self.embed(idx)
         for block in self.blocks:
             x = block(x)
-        logits = self.head(self.ln_f(x))
+        logits = self.logits(x)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))

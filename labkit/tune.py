@@ -29,7 +29,13 @@ import pandas as pd
 
 from labkit.memory.estimate import ATTENTION_STORES, activation_bytes, comm_buffer_bytes, model_state_bytes
 from labkit.perf.steptime import data_parallel_comm_s
-from labkit.tune_accum import ab_micro_batch, accumulation_collectives, collectives_per_step  # noqa: F401
+from labkit.tune_accum import (  # noqa: F401
+    ab_gemms,
+    ab_micro_batch,
+    accumulation_collectives,
+    collectives_per_step,
+    step_gemm_shapes,
+)
 
 estimate_comm_s = data_parallel_comm_s     # the name chapters 19/20 used before labkit.perf
 
@@ -277,7 +283,7 @@ def predicted_bytes(cfg, micro_batch: int, nprocs: int = 1) -> float:
     unit = n // (mcfg.n_layers + 1)
     bufs = 0 if parallel == "single" else comm_buffer_bytes(
         n, strategy=strategy, n_ranks=nprocs, precision=precision, unit_params=unit,
-        bucket_cap_mb=cfg.bucket_cap_mb)["bytes"]
+        bucket_cap_mb=25.0 if cfg.bucket_cap_mb is None else cfg.bucket_cap_mb)["bytes"]   # None: torch's 25 MiB
     return states + acts + bufs
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from labkit import checks
+
 
 def collectives_per_step(trace_dir) -> dict[str, float]:
     """Collective calls per rank per profiled step, by type, from a run's per-rank traces
@@ -87,5 +89,64 @@ def ab_micro_batch(cfg, a=(16, 1), b=(4, 4), *, rounds: int = 20, threads: int |
         return ab_compare(arm(ma, ka), arm(mb, kb), rounds=rounds, warmup=2, clock="wall" if gpu else "cpu",
                           device=device if gpu else None, seed=seed, unit="s",
                           labels=(f"A: {ma} × accum {ka}", f"B: {mb} × accum {kb}"))
+    finally:
+        torch.set_num_threads(old)
+
+
+def step_gemm_shapes(model, tokens: int) -> list[tuple[int, int, int]]:
+    """The (m, n, k) of every GEMM that one forward and backward of ``model``'s linear layers runs on
+    ``tokens`` rows: per ``nn.Linear(k→n)`` the forward (tokens×k)·(k×n), the input gradient
+    (tokens×n)·(n×k) and the weight gradient (n×tokens)·(tokens×k) — 3 GEMMs of 2·tokens·k·n FLOPs
+    each, the 6N rule's matmuls (Kaplan et al. 2020, §2.1). Attention's score and value products are
+    not linear layers and are left out. Taught in chapter 15."""
+    import torch
+
+    tokens = checks.count("tokens", tokens)
+    shapes = []
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear):
+            n, k = mod.weight.shape
+            shapes += [(tokens, n, k), (tokens, k, n), (n, k, tokens)]
+    if not shapes:
+        raise ValueError(f"{type(model).__name__} has no nn.Linear layers: no GEMMs to time")
+    return shapes
+
+
+def ab_gemms(cfg, a=(16, 1), b=(4, 4), *, rounds: int = 20, threads: int | None = 1, seed: int = 0):
+    """A/B of the GEMMs alone of :func:`ab_micro_batch`'s two splits: per call, every linear layer's
+    forward and backward GEMMs (:func:`step_gemm_shapes`) at micro-batch × seq_len rows, once per
+    micro-batch — no norms, no elementwise ops, no autograd. Same clock, threads and interleaving as
+    :func:`ab_micro_batch`, so the two A/Bs' gaps can be compared: the share of case B's extra step
+    time that its smaller GEMMs explain. Taught in chapter 15."""
+    import torch
+
+    from labkit.ab import ab_compare
+    from labkit.hardware.measure import resolve_device
+    from labkit.train.loop import build_model
+
+    (ma, ka), (mb, kb) = a, b
+    if ma * ka != mb * kb:
+        raise ValueError(f"a={a} and b={b} must hold the same sequences per step (micro_batch × accum)")
+    device = resolve_device(cfg.device)
+    model = build_model(cfg.replace(parallel="single", micro_batch=ma, accum=ka), device)
+    seq = model.config.seq_len if cfg.seq_len is None else cfg.seq_len
+    g = torch.Generator().manual_seed(seed)
+
+    def arm(m, k):
+        pairs = [(torch.randn(mm, kk, generator=g).to(device), torch.randn(kk, nn, generator=g).to(device))
+                 for mm, nn, kk in step_gemm_shapes(model, m * seq)]
+
+        def once():
+            for _ in range(k):
+                for x, w in pairs:
+                    torch.mm(x, w)
+        return once
+
+    old, gpu = torch.get_num_threads(), device.type == "cuda"
+    torch.set_num_threads(threads or old)
+    try:
+        return ab_compare(arm(ma, ka), arm(mb, kb), rounds=rounds, warmup=2, clock="wall" if gpu else "cpu",
+                          device=device if gpu else None, seed=seed, unit="s",
+                          labels=(f"A's GEMMs: {ma} × accum {ka}", f"B's GEMMs: {mb} × accum {kb}"))
     finally:
         torch.set_num_threads(old)

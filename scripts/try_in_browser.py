@@ -330,7 +330,10 @@ def main(argv: list[str] | None = None) -> int:
         tracker = state / "settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
         tracker.parent.mkdir(parents=True)
         tracker.write_text(json.dumps({"windowingMode": "none"}))
-    cmd = [str(args.clone / ".venv/bin/jupyter"), "lab", *args.lab_arg, "chapters/index.ipynb", "--no-browser",
+    # root_dir = the course copy, as `make course` serves it (a bare `jupyter lab chapters/index.ipynb` would
+    # serve chapters/ only, and the index's links to ../labs/ would break); a --lab-arg may override it
+    cmd = [str(args.clone / ".venv/bin/jupyter"), "lab", "--ServerApp.root_dir=.", *args.lab_arg,
+           "chapters/index.ipynb", "--no-browser",
            "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
            "--ServerApp.port_retries=0"]
     if os.geteuid() == 0:    # containers run as root; JupyterLab refuses that without the flag

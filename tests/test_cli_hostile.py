@@ -66,6 +66,8 @@ INPUTS = {
                                                       "--store", str(t / "store")], set()),
     "regress check --samples": (".json", lambda p, t: ["regress", "check", "b", "--samples", str(p),
                                                        "--store", str(t / "store")], set()),
+    "regress monitor HISTORY": (".json", lambda p, t: ["regress", "monitor", str(p), "--baseline-runs", "3",
+                                                       "--candidate-runs", "1"], set()),
     "release LAB": (".ipynb", lambda p, t: ["release", str(p), "--out", str(t / "out")], set()),
     "grade LAB": (".ipynb", lambda p, t: ["grade", str(p), str(t), "--out", str(t / "out"), "--no-progress"],
                   set()),
@@ -274,6 +276,7 @@ def _path_arguments():
 COVERED = {("comm parse", "FILE"), ("comm env", "FILE"), ("trace analyze", "PATH"), ("trace hta", "PATH"),
            ("diagnose", "--record"), ("diagnose", "--trace"), ("regress save", "--samples"),
            ("regress check", "--samples"), ("regress save", "--store"), ("regress check", "--store"),
+           ("regress monitor", "HISTORY"),
            ("release", "LAB"), ("grade", "LAB"), ("launch", "TARGET"),
            ("trace synth", "OUT"), ("release", "--out"), ("grade", "--out"), ("selftest", "--out"), ("grade-merge", "GRADEBOOKS"),
            ("trace analyze", "--model-config"), ("diagnose", "--model-config")}

@@ -50,6 +50,10 @@ REQUIRED_WARNINGS = [
      "https://github.com/aws/aws-ofi-nccl/blob/master/doc/efa-env-var.md"),
     (P3 + "ch18_mixed_precision.ipynb", "`SafeLayer` returns `.half()`: under bf16 autocast it forces fp16",
      "https://pytorch.org/docs/stable/amp.html"),
+    (P3 + "ch19_ddp_buckets.ipynb", "`bucket_cap_mb` is DDP's parameter, not FSDP's",
+     "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"),
+    (P3 + "ch19_ddp_buckets.ipynb", "\"25–100 MB is usually best\" is a hypothesis, not a rule",
+     "https://arxiv.org/abs/2006.15704"),
     (P3 + "ch20_fsdp_zero.ipynb", "FULL_SHARD sends 1.5× DDP's bytes per step, not 2× — and not 4×",
      "https://arxiv.org/abs/2304.11277"),
     (P3 + "ch20_fsdp_zero.ipynb", "`limit_all_gathers` is a rate limiter, not the switch that keeps weights",
@@ -60,6 +64,10 @@ REQUIRED_WARNINGS = [
      "https://pytorch.org/docs/stable/notes/amp_examples.html"),
     (P3 + "ch25_adaptive_accumulation.ipynb", "ratio per step makes the rule oscillate",
      "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"),
+    (P3 + "ch22_data_pipeline.ipynb", "\"`num_workers` = CPU cores ÷ GPUs per node\" is a ceiling, not the setting",
+     "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"),
+    (P3 + "ch22_data_pipeline.ipynb", "`pin_memory=True` speeds up nothing without CUDA",
+     "https://pytorch.org/docs/stable/data.html#memory-pinning"),
 ]
 
 

@@ -57,7 +57,8 @@ MODULES = [labkit.flops, labkit.shapes, labkit.batch, labkit.model_config, labki
            labkit.roofline, labkit.perf.steptime, labkit.memory.estimate, labkit.memory.deepspeed, labkit.comm.models,
            labkit.hardware.catalogue,
            # issue #28: the newer public API (perf planner and predictor, claims, faults, integrations)
-           labkit.perf, labkit.claims, labkit.faults, labkit.integrations]
+           labkit.perf, labkit.claims, labkit.faults, labkit.integrations,
+           labkit.comm.buckets]   # chapter 19: DDP's bucket rule and the α–β bucket schedule
 LABKIT_DIR = os.path.dirname(labkit.__file__)
 NAN, INF = float("nan"), float("inf")
 
@@ -111,6 +112,7 @@ BAD["optpos"] = [b for b in BAD["pos"] if b[0] != "None"]
 BAD["optnonneg"] = [b for b in BAD["nonneg"] if b[0] != "None"]
 BAD["optobj"] = [b for b in BAD["obj"] if b[0] != "None"]
 BAD["optchoice"] = [b for b in BAD["choice"] if b[0] != "None"]
+BAD["optstrs"] = [b for b in BAD["strs"] if b[0] != "None"]
 
 
 def _numpy_twins(kind: str, value) -> list:
@@ -232,6 +234,11 @@ def _specs() -> list[Spec]:
         Spec("cost.training_cost(tokens_per_s)", c.training_cost,
              dict(tokens=1e12, flops_per_token=6e9, n_devices=64, tokens_per_s=1e6),
              dict(tokens="pos", flops_per_token="pos", n_devices="count", tokens_per_s="pos")),
+        Spec("cost.device_choice", c.device_choice,
+             dict(tokens=1e12, flops_per_token=6e9, mfu=0.4, n_devices=64, devices=["H100-SXM", "A100-SXM-80GB"],
+                  dtype="bf16", reference="H100-SXM", prices={"H100-SXM": 2.0}),
+             dict(tokens="pos", flops_per_token="pos", mfu="frac_open0", n_devices="count", dtype="choice",
+                  reference="choice", devices="optstrs", prices="optobj")),
         # ---- perf.steptime (scaling re-exports step_time, StepParts, decompose; cost tokens_per_s_at)
         Spec("perf.step_time", st.step_time, dict(compute_s=0.09, comm_s=0.065, sync_s=0.045, overlap=0.5),
              dict(compute_s="nonneg", comm_s="nonneg", sync_s="nonneg", overlap="overlap")),
@@ -435,10 +442,32 @@ def _specs() -> list[Spec]:
                   schedule="choice", virtual_stages="obj", allow_cross_node_tp="flag", sequence_parallel="flag",
                   flash_attention="flag", memory_fraction="frac_open0", n_gpus="optcount", context_parallel="obj",
                   expert_parallel="obj", pipeline_parallel="optobj")),
+        Spec("perf.calibrate_achievable", labkit.perf.calibrate_achievable,
+             dict(model="llama3-8b", layout=labkit.perf.Layout(dp=8), cluster=labkit.perf.cluster("dgx-h100"),
+                  global_batch=64, tokens_per_s_per_gpu=5000.0, source="a run"),
+             dict(model="choice", layout="obj", cluster="obj", global_batch="count", tokens_per_s_per_gpu="pos",
+                  source="str", seq_len="optcount")),
         Spec("claims.judge", labkit.claims.judge, dict(left=2.0, op=">", right=1.0, margin=0.05, noise=0.01),
              dict(left="nonneg", op="choice", right="nonneg", margin="nonneg", noise="nonneg")),
         Spec("claims.stored_claims", labkit.claims.stored_claims, dict(nb={"cells": []}), dict(nb="obj")),
         Spec("faults.fault_of", labkit.faults.fault_of, dict(seed=3), dict(seed="count0")),
+        # ---- comm.buckets (chapter 19)
+        Spec("comm.buckets.ddp_caps", labkit.comm.buckets.ddp_caps, dict(bucket_cap_mb=25.0),
+             dict(bucket_cap_mb="optpos")),
+        Spec("comm.buckets.assign_buckets", labkit.comm.buckets.assign_buckets,
+             dict(nbytes=[4, 2, 4], limits=[4, 8], keys=None), dict(nbytes="obj", limits="obj", keys="optobj")),
+        Spec("comm.buckets.ddp_buckets", labkit.comm.buckets.ddp_buckets,
+             dict(params=[(1024, 256), (256,), 4096], bucket_cap_mb=0.25, order=None, dtype_bytes=4),
+             dict(params="obj", bucket_cap_mb="optpos", order="optobj", dtype_bytes="count")),
+        Spec("comm.buckets.bucket_schedule", labkit.comm.buckets.bucket_schedule,
+             dict(bucket_bytes=[1e6, 2e6], backward_s=0.1, nranks=8, alpha_s=5e-6, beta_s_per_byte=1e-11),
+             dict(bucket_bytes="array_nonneg", backward_s="nonneg", nranks="count", alpha_s="nonneg",
+                  beta_s_per_byte="nonneg")),
+        Spec("comm.buckets.cap_sweep", labkit.comm.buckets.cap_sweep,
+             dict(params=10**8, caps_mb=[None, 25.0], backward_s=0.1, nranks=8, alpha_s=5e-6, beta_s_per_byte=1e-11,
+                  dtype_bytes=4),
+             dict(params="numels", caps_mb="array_pos", backward_s="nonneg", nranks="count", alpha_s="nonneg",
+                  beta_s_per_byte="nonneg", dtype_bytes="count")),
         Spec("integrations.flops_per_token_of", labkit.integrations.flops_per_token_of,
              dict(model=SHAPE, seq_len=None, method="palm"), dict(model="obj", seq_len="optcount", method="choice")),
     ]
@@ -455,8 +484,8 @@ MEASURES = {"flops.count_flops", "shapes.compare", "scaling.measure_scaling", "r
             "integrations.meter_for"}        # builds a live Meter on a model (flops_per_token_of is fuzzed)
 RESULTS = {"flops.FlopCount", "cost.TrainingCost", "roofline.MatmulTiming", "memory.estimate.MemoryBreakdown",
            "memory.deepspeed.DeepSpeedRow", "memory.deepspeed.DeepSpeedEstimate", "hardware.catalogue.DeviceFamily",
-           "perf.Prediction", "perf.Plan", "claims.Claim", "claims.ClaimContradicted", "faults.Fault",
-           "faults.MysteryRun", "claims.rejudge",     # rejudge reads a stored Claim back (a result)
+           "perf.Prediction", "perf.Plan", "perf.Calibration", "claims.Claim", "claims.ClaimContradicted", "faults.Fault",
+           "faults.MysteryRun", "claims.rejudge", "comm.buckets.BucketPlan",     # rejudge reads a stored Claim back (a result)
            # configs checked in their own __post_init__ and by tests/test_perf_*.py; not yet rows here
            "perf.Layout", "perf.Cluster", "perf.predict", "faults.public_record",
            # KNOWN GAPS (issue #28, reported to the lead; faults.py is outside this task): seed_for(fault=['x'])

@@ -97,7 +97,7 @@ def test_release_is_deterministic_and_hides_solutions(tmp_path):
 
 
 def test_released_real_labs_parse_and_hide_solutions(tmp_path):
-    for lab in ("lab01_baseline", "lab02_profiler", "lab05_ddp"):
+    for lab in ("lab01_baseline", "lab02_profiler", "lab05_ddp", "lab09_collectives"):
         nb = learner_notebook(load_lab(lab))
         text = "\n".join(c.source for c in nb.cells)
         assert "BEGIN SOLUTION" not in text and "evidence(" not in text and PROMPT in text

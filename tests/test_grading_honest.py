@@ -238,3 +238,129 @@ def test_two_identical_submissions_graded_twice_score_the_same(tmp_path, calibra
             scores.append({r["student"]: r["score"] for r in csv.DictReader(f)})
     assert scores[0] == scores[1] and scores[0]["ann"] == scores[0]["ben"], scores
     assert json.loads((tmp_path / "out" / "feedback" / "ann.json").read_text())["status"] == "graded"
+
+
+# ---------------------------------------------------------------- lab09: every answer from the run's own evidence
+def _lab09_book(root, seed=3, alpha=100e-6, beta=1 / 3e9, noise=0.04, held_spike=1.0):
+    """lab09's q1 evidence from a SYNTHETIC 2-rank benchmark (α–β times, seeded log-normal noise, 12 iterations;
+    ``held_spike`` scales the held-out size's slower half, as background load would) and the solution's q1–q4
+    answers computed from it, as the instructor source computes them."""
+    import numpy as np
+
+    from labkit import comm, flops
+    from labkit.comm import exercise
+
+    root.mkdir(parents=True, exist_ok=True)
+    task = exercise.assignment(seed)
+    sizes, held = [2**k for k in range(12, 21)], task.held_out_bytes
+    rng = np.random.default_rng(0)
+    raw = []
+    for op in ("all_reduce", "all_gather"):
+        for s in sorted(sizes + [held]):
+            t = comm.ring_time(op, s, 2, alpha=alpha, beta=beta) * rng.lognormal(0, noise, 12)
+            if s == held:
+                t = np.sort(t) * np.r_[np.ones(6), np.full(6, held_spike)]
+            raw.append({"op": op, "size": s, "count": s // 4, "type": "float", "redop": "sum", "root": -1,
+                        "times_s": t.tolist(), "nranks": 2, "backend": "gloo"})
+    table = comm.results_to_table(raw)
+    q1 = {}
+    for op in ("all_reduce", "all_gather"):
+        row = table[table["op"] == op].iloc[-1]
+        alg = row["size"] / (row["p10_us"] * 1e-6) / 1e9
+        q1[op] = {"algbw": alg, "busbw": alg * comm.bus_factor(op, 2)}
+    ar = table[table["op"] == "all_reduce"]
+    train = ar[ar["size"] != held]
+    fit = comm.fit_alpha_beta(train["size"].to_numpy(), train["p10_us"].to_numpy() * 1e-6, "all_reduce", 2)
+    pred, meas = fit.predict(held) * 1e6, float(ar.loc[ar["size"] == held, "p10_us"].iloc[0])
+    q2 = {"alpha_s": fit.alpha_s, "beta_s_per_byte": fit.beta_s_per_byte, "predicted_us": pred, "measured_us": meas,
+          "error": pred / meas - 1}
+    cl = exercise.mystery_cluster(seed)
+    path = root / "all_reduce_perf.SYNTHETIC.txt"
+    path.write_text(cl.table())
+    nt = comm.parse_nccl_tests(cl.table())
+    last = nt.rows.iloc[-1]
+    busbw = float(last["size"] / (last["oop_time_us"] * 1e-6) * comm.bus_factor("all_reduce", nt.nranks) / 1e9)
+    util = {k: busbw * 1e9 / v for k, v in cl.ceilings().items()}
+    q3 = {"nranks": nt.nranks, "nodes": cl.nodes, "busbw": busbw, "utilisation": util, "link": cl.limiting_link}
+    nbytes = 4 * flops.n_params(flops.preset(task.model))
+    q4 = {"grad_bytes": nbytes, "ranks_ms": fit.predict(nbytes) * 1e3, "cluster_ms": nt.fit().predict(nbytes) * 1e3}
+    book = EvidenceBook("lab09_collectives", root=root)
+
+    def submit(answers=None, table_rows=None, q3_seed=seed):
+        a = {"q1": q1, "q2": q2, "q3": q3, "q4": q4, **(answers or {})}
+        book.submit("q1", answer=a["q1"], table=table_rows or table.to_dict("records"), raw=raw, nranks=2,
+                    seed=seed, sizes=sizes, held_out=held, iters=12)
+        book.submit("q2", answer=a["q2"], held_out=held)
+        book.submit("q3", answer=a["q3"], seed=q3_seed, files=[path])
+        book.submit("q4", answer=a["q4"], model=task.model, seed=seed)
+    return submit, {"q1": q1, "q2": q2, "q3": q3, "q4": q4, "table": table, "fit": fit, "raw": raw, "held": held,
+                    "cluster": cl}
+
+
+def _lab09_run(root, params=None):
+    checks = [{"id": c.id, "question": c.question, "weight": c.weight, "source": c.source}
+              for c in load_lab("lab09_collectives").checks]
+    res = run_checks({"lab": "lab09_collectives", "work_root": str(root), "checks": checks, "params": params or {}})
+    return {r["id"]: r for r in res}
+
+
+def test_lab09_the_solutions_answers_pass_and_a_stale_figure_fails(tmp_path):
+    submit, a = _lab09_book(tmp_path)
+    submit()
+    res = _lab09_run(tmp_path)
+    assert all(r["passed"] for r in res.values()), {k: r["message"] for k, r in res.items() if not r["passed"]}
+    # another run's figures (the same sizes, timed again): q1's conversion and q2's fit no longer follow
+    other, b = _lab09_book(tmp_path / "other", alpha=110e-6)
+    submit({"q1": b["q1"], "q2": b["q2"]})
+    res = _lab09_run(tmp_path)
+    assert not res["q1-hidden"]["passed"] and not res["q2-hidden"]["passed"]
+    assert res["q1-hidden-consistency"]["passed"] and res["q3-hidden-link"]["passed"]
+    assert "do not follow" in res["q2-hidden"]["message"]
+
+
+def test_lab09_a_forged_table_is_caught_by_its_timings(tmp_path):
+    submit, a = _lab09_book(tmp_path)
+    rows = a["table"].to_dict("records")
+    for r in rows:
+        r["p10_us"] *= 0.9                 # a faster link, typed in: the answers are re-computed from it
+    submit(table_rows=rows)
+    res = _lab09_run(tmp_path)
+    assert not res["q1-hidden-consistency"]["passed"]
+    assert "does not follow from its timings" in res["q1-hidden-consistency"]["message"]
+
+
+def test_lab09_the_held_out_tolerance_follows_the_runs_noise(tmp_path):
+    from labkit.comm import exercise
+
+    submit, a = _lab09_book(tmp_path)
+    tol = exercise.heldout_tolerance(a["fit"].rel_errors,
+                                     next(r["times_s"] for r in a["raw"] if r["op"] == "all_reduce"
+                                          and r["size"] == a["held"]))
+    assert tol == 0.25                                 # a quiet run: the floor
+    q2 = dict(a["q2"], error=0.2)
+    submit({"q2": q2})
+    assert _lab09_run(tmp_path)["q2-hidden-tolerance"]["passed"]
+    submit({"q2": dict(a["q2"], error=0.3)})
+    assert not _lab09_run(tmp_path)["q2-hidden-tolerance"]["passed"]
+    # the same 30 % error in a run whose held-out timings spread 2x wider passes: the tolerance is the run's
+    noisy = tmp_path / "noisy"
+    submit2, b = _lab09_book(noisy, held_spike=1.25)
+    submit2({"q2": dict(b["q2"], error=0.3)})
+    assert _lab09_run(noisy)["q2-hidden-tolerance"]["passed"]
+    submit2({"q2": dict(b["q2"], error=1.5)})          # a factor 2.5: beyond any noise (the cap is 100 %)
+    assert not _lab09_run(noisy)["q2-hidden-tolerance"]["passed"]
+
+
+def test_lab09_the_link_and_the_seed_are_held_to_the_cluster(tmp_path):
+    from labkit.comm import exercise
+
+    submit, a = _lab09_book(tmp_path)
+    wrong = next(k for k in exercise.LINKS if k != a["cluster"].limiting_link)
+    submit({"q3": dict(a["q3"], link=wrong)})
+    res = _lab09_run(tmp_path)
+    assert res["q3-hidden"]["passed"] and not res["q3-hidden-link"]["passed"]
+    assert a["cluster"].limiting_link not in res["q3-hidden-link"]["message"]     # the message names no answer
+    submit()
+    res = _lab09_run(tmp_path, {"SEED": 4})          # graded with another seed than the run's
+    assert not res["q1-hidden"]["passed"] and not res["q3-hidden"]["passed"]
+    assert "SEED=4" in res["q1-hidden"]["message"]

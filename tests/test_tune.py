@@ -141,3 +141,25 @@ def test_ab_micro_batch_runs_the_loop_interleaved():
     assert res.ratio > 0 and res.labels == ("A: 4 × accum 1", "B: 1 × accum 4")
     with pytest.raises(ValueError, match="same sequences per step"):
         tune.ab_micro_batch(TrainConfig(model="tiny"), a=(4, 1), b=(2, 1))
+
+
+def test_step_gemm_shapes_are_the_6N_matmuls_of_the_linear_layers():
+    import torch
+
+    from labkit.tune import step_gemm_shapes
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    shapes = step_gemm_shapes(model, 10)
+    assert len(shapes) == 6
+    weights = 8 * 32 + 32 * 4
+    assert sum(2 * m * n * k for m, n, k in shapes) == 6 * 10 * weights      # 3 GEMMs of 2·T·k·n per layer
+    with pytest.raises(ValueError, match="no nn.Linear"):
+        step_gemm_shapes(torch.nn.ReLU(), 10)
+    with pytest.raises(ValueError, match="tokens"):
+        step_gemm_shapes(model, 0)
+
+
+def test_ab_gemms_refuses_splits_of_different_batches():
+    from labkit.train import TrainConfig
+    from labkit.tune import ab_gemms
+    with pytest.raises(ValueError, match="same sequences"):
+        ab_gemms(TrainConfig(model="tiny", seq_len=16, device="cpu"), a=(16, 1), b=(4, 2))

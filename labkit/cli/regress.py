@@ -7,6 +7,7 @@ Examples::
 
     labkit regress save main-step --samples baseline_times.json --store build/baselines
     labkit regress check main-step --samples new_times.json --store build/baselines   # exit 1 if slower
+    labkit regress monitor history.json --baseline-runs 40 --candidate-runs 10   # one figure per run; exit 1 if slower
 
 Taught in chapter 28 (performance regression testing).
 """
@@ -33,6 +34,18 @@ def register(subparsers) -> None:
             a.add_argument("--min-effect", type=float, default=0.03, help="practical threshold (default 0.03)")
             a.add_argument("--json", action="store_true")
             a.set_defaults(func=_check)
+    m = sub.add_parser("monitor", help="judge the newest runs of a series against the runs before; exit 1 when slower",
+                       description="Series-level monitor (labkit.regress_series): the newest --candidate-runs "
+                                   "per-run figures against the --baseline-runs before them; 'slower' needs the "
+                                   "change to exceed --min-effect and --z standard errors of the run-to-run noise.")
+    m.add_argument("history", help="per-run figures, oldest first: JSON list, {'samples': [...]}, or one per line")
+    m.add_argument("--baseline-runs", type=int, required=True, help="runs in the baseline window (>= 3)")
+    m.add_argument("--candidate-runs", type=int, required=True, help="newest runs judged (>= 1)")
+    m.add_argument("--min-effect", type=float, default=0.02, help="practical threshold (default 0.02)")
+    m.add_argument("--z", type=float, default=3.0, help="standard errors the change must exceed (default 3)")
+    m.add_argument("--higher-is-better", action="store_true", help="figures are rates (tokens/s), not times")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=_monitor)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -119,5 +132,16 @@ def _check(args) -> int:
         kw["higher_is_better"] = True     # otherwise the stored baseline's own setting is used
     with naming(store.path / f"{args.name}.json", "baseline file"):    # the store keeps <name>.json
         v = store.check(args.name, samples, **kw)
+    print(json.dumps(v.to_dict(), indent=2) if args.json else v.report())
+    return 1 if v.verdict == "slower" else 0
+
+
+def _monitor(args) -> int:
+    """Exit 1 when the newest runs are slower (the CI job fails), 0 otherwise; the report on stdout."""
+    from labkit.regress_series import SeriesMonitor
+
+    mon = SeriesMonitor(baseline_runs=args.baseline_runs, candidate_runs=args.candidate_runs,
+                        min_effect=args.min_effect, z=args.z, higher_is_better=args.higher_is_better)
+    v = mon.check(read_samples(args.history))
     print(json.dumps(v.to_dict(), indent=2) if args.json else v.report())
     return 1 if v.verdict == "slower" else 0

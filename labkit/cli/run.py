@@ -15,6 +15,7 @@ import os
 def register(subparsers) -> None:
     from labkit.model_config import ATTENTIONS, SIZES
     from labkit.train import DTYPES, PARALLEL
+    from labkit.train.config import OPTIMIZER_IMPLS, PP_SCHEDULES
 
     p = subparsers.add_parser(
         "run", help="train the reference workload and print its run record",
@@ -28,7 +29,13 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup-steps", type=int, default=3)
     p.add_argument("--micro-batch", type=int, default=8)
-    p.add_argument("--accum", type=int, default=1)
+    p.add_argument("--accum", type=int, default=None,
+                   help="micro-batches per step (default 1; with --pp: pp, the pipeline's micro-batches)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (chapter 24)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages (chapter 24)")
+    p.add_argument("--pp-schedule", default="1f1b", choices=PP_SCHEDULES)
+    p.add_argument("--virtual-stages", type=int, default=1, help="model chunks per pipeline rank (interleaved)")
+    p.add_argument("--sequence-parallel", action="store_true", help="with --tp: split activations along the sequence")
     p.add_argument("--sync-every-micro-batch", action="store_true",
                    help="gradient sync on every micro-batch, not only the last (no_sync=False; chapter 15)")
     p.add_argument("--keep-gathered", action="store_true",
@@ -37,6 +44,10 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", default="fp32", choices=DTYPES)
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing per block")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--optimizer-impl", default="auto", choices=OPTIMIZER_IMPLS,
+                   help="AdamW implementation: auto (torch's choice), for-loop, foreach, fused (chapter 17)")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="capture forward + backward as CUDA graphs (one GPU, parallel single; chapter 17)")
     p.add_argument("--attention", default="sdpa", choices=ATTENTIONS,
                    help="naive, sdpa (PyTorch picks), or a forced SDPA backend (chapter 16; CPU: flash, math)")
     p.add_argument("--num-workers", type=int, default=0)
@@ -65,16 +76,27 @@ def handle(args) -> int:
     under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ or (
         "WORLD_SIZE" in os.environ and "LABKIT_RUN_DIR" not in os.environ and "RANK" in os.environ)
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun else None
-    nprocs = world or args.nprocs or default_nprocs()
+    model_par = max(1, args.tp) * max(1, args.pp)           # ranks per model replica (tp · pp)
+    nprocs = world or args.nprocs or max(default_nprocs(), model_par)
     if nprocs < 1:
         raise ValueError(f"--nprocs {nprocs} is not valid; use ≥ 1")
-    parallel = args.parallel or ("ddp" if nprocs > 1 else "single")
-    cfg = TrainConfig(model=args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, accum=args.accum,
+    parallel = args.parallel or ("ddp" if nprocs > model_par else "single")
+    accum = args.accum if args.accum is not None else (args.pp if args.pp > 1 else 1)
+    layout = f" tp{args.tp} pp{args.pp}" if model_par > 1 else ""
+    cfg = TrainConfig(model=args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, accum=accum,
+                      tp=args.tp, pp=args.pp, pp_schedule=args.pp_schedule, virtual_stages=args.virtual_stages,
+                      sequence_parallel=args.sequence_parallel,
                       steps=args.steps, warmup_steps=args.warmup_steps, dtype=args.dtype, parallel=parallel,
                       checkpoint=args.checkpoint, compile=args.compile, attention=args.attention,
                       num_workers=args.num_workers, profile_dir=args.profile_dir, peak_flops=args.peak_flops,
-                      seed=args.seed, label=f"labkit run {args.model} {parallel}×{nprocs}",
-                      no_sync=not args.sync_every_micro_batch, reshard_after_backward=not args.keep_gathered)
+                      seed=args.seed, label=f"labkit run {args.model} {parallel}×{nprocs}{layout}",
+                      no_sync=not args.sync_every_micro_batch, reshard_after_backward=not args.keep_gathered,
+                      optimizer_impl=args.optimizer_impl, cuda_graphs=args.cuda_graphs)
+    if cfg.cuda_graphs:            # refuse before launching ranks (chapter 17)
+        from labkit.hardware.measure import resolve_device
+        from labkit.train.graphs import require_cuda
+
+        require_cuda(resolve_device(cfg.device))
     if under_torchrun:
         record = train(cfg)
         from labkit.launcher import shutdown_distributed
@@ -92,6 +114,12 @@ def handle(args) -> int:
     print(record.summary())
     phases = ", ".join(f"{k} {v.median * 1e3:.1f} ms" for k, v in record.phases.items())
     print(f"phases (median per step): {phases}")
+    lay = record.extra.get("layout")
+    if lay:
+        mesh = " × ".join(f"{k}={v}" for k, v in lay["mesh"].items())
+        extra = (f"; {lay['pp_schedule']}, {lay['micro_batches']} micro-batches, bubble model (p−1)/(v·m) = "
+                 f"{lay['bubble_predicted']:.3f}" if "pp_schedule" in lay else "")
+        print(f"layout: mesh {mesh} (dp strategy {lay['dp_strategy']}){extra}")
     print(f"loss {record.loss[0]:.3f} → {record.loss[-1]:.3f} over {len(record.loss)} steps; "
           f"peak source: {record.peak_source}; memory: {record.extra.get('peak_memory_kind')}")
     return 0

@@ -26,8 +26,15 @@ The code lives in small files; this package is the public face::
   (not for use), and ``run_ring``, which runs it on gloo ranks against ``dist.all_reduce`` with a log of
   every step (``labkit.viz.ring_allreduce`` draws it).
 - :mod:`labkit.comm.synthetic` — seeded SYNTHETIC nccl-tests tables and NCCL logs.
+- :mod:`labkit.comm.exercise` — lab 9's exercise per seed: a SYNTHETIC cluster with one limiting link and its
+  ``all_reduce_perf`` table, a published model, a held-out size; ``heldout_tolerance`` (the run's own noise).
 - :mod:`labkit.comm.compression` — ``hook_bytes`` / ``hook_elements``: what DDP's fp16 / bf16 / PowerSGD hooks
   all-reduce per step (pure; chapter 23).
+- :mod:`labkit.comm.buckets` — DDP's gradient buckets from the parameter sizes by torch's rule (``ddp_caps``,
+  ``assign_buckets``, ``ddp_buckets``) and what the bucket size does to a step (``bucket_schedule``,
+  ``cap_sweep``; α–β). Pure (layer 1); chapter 19.
+- :mod:`labkit.comm.bucket_sweep` — ``measure_buckets``: DDP runs on live ranks, buckets counted by torch's log,
+  the traces and the rule (``bucket_probe``, ``allreduces_per_step``); chapter 19.
 - :mod:`labkit.comm.env` — ``check_env``: what each NCCL / EFA environment variable of a job really does
   (exists, who reads it, default, Debugging-only, verdict, documentation), ``SOURCE_TEMPLATE`` (chapter 23).
 
@@ -47,6 +54,8 @@ from labkit.comm.bench import (
     default_sizes,
     results_to_table,
 )
+from labkit.comm.bucket_sweep import allreduces_per_step, bucket_probe, measure_buckets
+from labkit.comm.buckets import BucketPlan, assign_buckets, bucket_schedule, cap_sweep, ddp_buckets, ddp_caps
 from labkit.comm.compression import hook_bytes, hook_elements, param_shapes
 from labkit.comm.env import SOURCE_TEMPLATE, EnvFinding, check_env
 from labkit.comm.models import (
@@ -82,4 +91,6 @@ __all__ = [
     "parse_nccl_debug", "parse_nccl_tests", "parse_topology", "results_to_table", "ring_steps", "ring_time",
     "strip_prefix", "synthetic_nccl_debug", "SOURCE_TEMPLATE", "EnvFinding", "check_env",
     "hook_bytes", "hook_elements", "param_shapes", "synthetic_nccl_tests", "synthetic_topology", "tree_time",
+    "BucketPlan", "assign_buckets", "bucket_schedule", "cap_sweep", "ddp_buckets", "ddp_caps",
+    "allreduces_per_step", "bucket_probe", "measure_buckets",
 ]

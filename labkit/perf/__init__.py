@@ -8,11 +8,14 @@
   links), with cited presets (:data:`CLUSTERS`, :func:`cluster`).
 - ``predict.py`` — :func:`predict`: a :class:`Prediction` of one step of a layout on a cluster (compute,
   bubble, each collective and how much of it hides, memory per GPU, tokens/s, MFU, assumptions).
+- ``calibrate.py`` — :func:`calibrate_achievable`: the achievable fraction solved from one measured or
+  published run of the same model family on the same GPU, instead of the assumed 50 %.
 - ``planner.py`` — :func:`plan`: every feasible layout ranked by predicted tokens/s, with
   :meth:`Plan.explain`.
 
 Taught in chapter 5, chapter 1, chapters 19–20, chapter 24 (choosing a layout) and chapters 29–30.
 """
+from labkit.perf.calibrate import Calibration, calibrate_achievable
 from labkit.perf.layout import CLUSTERS, Cluster, Layout, cluster
 from labkit.perf.planner import Plan, plan
 from labkit.perf.predict import Prediction, predict, resolve_model
@@ -30,4 +33,5 @@ from labkit.perf.steptime import (
 
 __all__ = ["step_time", "StepParts", "decompose", "compute_time", "tokens_per_s_at", "data_parallel_comm_s",
            "concurrency_slowdown", "unit_overhead_s", "wrapper_overhead_s",
-           "Layout", "Cluster", "CLUSTERS", "cluster", "Prediction", "predict", "resolve_model", "Plan", "plan"]
+           "Layout", "Cluster", "CLUSTERS", "cluster", "Prediction", "predict", "resolve_model", "Plan", "plan",
+           "Calibration", "calibrate_achievable"]

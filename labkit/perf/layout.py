@@ -27,7 +27,7 @@ __all__ = ["STRATEGIES", "SCHEDULES", "RECOMPUTE", "DTYPES", "Layout", "Cluster"
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-DTYPES = ("bf16", "fp16", "fp32")
+DTYPES = ("bf16", "fp16", "fp32", "fp8")
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class Layout:
     ``flash_attention``: the s×s attention scores are never stored (Dao et al. 2022), as today's
     trainers do — False for 2019–2021 setups (Megatron SC21), which keep 5as²b bytes per layer.
     ``ep``: expert-parallel degree, a divisor of dp (EP groups live inside DP).
+    ``dtype="fp8"``: the linear layers' GEMMs in fp8 (Transformer Engine's recipe: Micikevicius et al.
+    2022, *FP8 Formats for Deep Learning*, arXiv:2209.05433), attention, norms and activations in bf16.
 
     Taught in chapter 24 (choosing a parallel layout).
     """

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 
 from labkit import checks, flops
 from labkit.comm.models import hierarchical_time, ring_time
+from labkit.flops import attention_core_flops_per_token
 from labkit.memory.estimate import activation_bytes, model_state_bytes
 from labkit.perf.layout import Cluster, Layout
 from labkit.perf.steptime import StepParts, compute_time
@@ -83,6 +84,7 @@ class Prediction:
     sync_s: float
     memory: dict
     assumptions: tuple = field(default=())
+    ideal_compute_s: float | None = None    # compute with even stages (fp8: GEMMs and attention at their peaks)
 
     def terms(self) -> dict:
         """Seconds of each term of the step (:data:`TERMS`); they add up to :attr:`step_s`."""
@@ -125,6 +127,8 @@ class Prediction:
     def efficiency(self) -> float:
         """Tokens/s per GPU as a fraction of what the compute alone allows at this achievable fraction
         (1 = every second is evenly split useful compute): ideal compute time / step time."""
+        if self.ideal_compute_s is not None:
+            return self.ideal_compute_s / self.step_s
         ideal = self.tokens_per_step * self.hardware_flops_per_token / (self.n_gpus * self.peak_flops * self.achievable)
         return ideal / self.step_s
 
@@ -281,6 +285,7 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
     lay, cl, s = layout, cluster, shape.seq_len
     B = checks.count("global_batch", global_batch)
     frac = _achievable(achievable, lay.dtype)
+    frac16 = _achievable(achievable, "bf16") if lay.dtype == "fp8" else frac
     checks.one_of("method", method, flops.METHODS)
     checks.one_of("overlap_window", overlap_window, ("backward", "step"))
     sync = checks.nonneg("sync_s", sync_s)
@@ -297,17 +302,24 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
                          f"{lay.dp} = {per_rank * lay.accum}: fix one of them (or leave accum=None)")
     else:
         m = lay.accum
-    peak = cl.peak(lay.dtype)
+    peak = cl.peak("bf16" if lay.dtype == "fp8" else lay.dtype)     # what MFU divides by (fp8: the bf16 peak)
     world, L, v, p = lay.world_size, shape.n_layers, lay.virtual_stages, lay.pp
     model_fpt = flops.model_flops_per_token(shape, method=method)
     hw_fpt = flops.hardware_flops_per_token(shape, recompute=lay.recompute, method=method)
     layers_gpu = math.ceil(L / (p * v)) * v                 # the slowest stage's layers
     imbalance = layers_gpu * p / L
-    compute = compute_time(B * s, flops_per_token=hw_fpt, peak_flops=peak, n_devices=world, mfu=frac) * imbalance
+    if lay.dtype == "fp8":        # the linear layers' GEMMs at the fp8 peak, the attention core at the bf16 one
+        attn = attention_core_flops_per_token(shape) * (3 + (lay.recompute != "none"))
+        ideal = (compute_time(B * s, flops_per_token=hw_fpt - attn, peak_flops=cl.peak("fp8"), n_devices=world,
+                              mfu=frac)
+                 + compute_time(B * s, flops_per_token=attn, peak_flops=peak, n_devices=world, mfu=frac16))
+    else:
+        ideal = compute_time(B * s, flops_per_token=hw_fpt, peak_flops=peak, n_devices=world, mfu=frac)
+    compute = ideal * imbalance
     t_mb = compute / m                                      # one micro-batch, forward and backward, one stage
     bubble = (p - 1) / v * t_mb
     links = _Links(cl)
-    act_b = 4 if lay.dtype == "fp32" else 2
+    act_b = 4 if lay.dtype == "fp32" else 2                  # fp8: activations and gradients travel in bf16
     s_loc = s // lay.cp
     act = lay.micro_batch * s_loc * shape.d_model * act_b   # b·s·h bytes of one micro-batch's activations
     comm, exposed, notes = {}, {}, []
@@ -372,8 +384,11 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
     acts = one_mb * layers_gpu / L * in_flight
     memory = {"model_states": states.model_states, "activations": float(acts),
               "total": states.model_states + float(acts)}
-    assumptions = (f"compute at {frac:.0%} of the {lay.dtype} dense peak ({peak / 1e12:g} TFLOP/s); "
-                   f"{method} FLOPs + recompute={lay.recompute}",
+    compute_note = (f"compute at {frac:.0%} of the {lay.dtype} dense peak ({peak / 1e12:g} TFLOP/s)" if lay.dtype != "fp8"
+                    else f"linear-layer GEMMs at {frac:.0%} of the fp8 dense peak ({cl.peak('fp8') / 1e12:g} TFLOP/s), "
+                         f"the attention core at {frac16:.0%} of the bf16 one; MFU and HFU against the bf16 peak "
+                         f"({peak / 1e12:g} TFLOP/s; against the fp8 peak they are half)")
+    assumptions = (f"{compute_note}; {method} FLOPs + recompute={lay.recompute}",
                    f"links: {cl.describe()}", *notes,
                    f"memory: {lay.strategy} over {dpg} DP rank(s), parameters ÷ tp·pp (embeddings split evenly), "
                    f"Korthikanti activations ({'flash attention' if lay.flash_attention else 'scores stored'}) of "
@@ -382,4 +397,4 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
     return Prediction(model=shape.name or "model", layout=lay, cluster=cl, global_batch=B, seq_len=s,
                       micro_batches=m, achievable=frac, peak_flops=peak, model_flops_per_token=model_fpt,
                       hardware_flops_per_token=hw_fpt, compute_s=compute, bubble_s=bubble, comm_s=comm,
-                      exposed_s=exposed, sync_s=sync, memory=memory, assumptions=assumptions)
+                      exposed_s=exposed, sync_s=sync, memory=memory, assumptions=assumptions, ideal_compute_s=ideal)

@@ -168,7 +168,8 @@ def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta, *,
     parallel, low = cfg.parallel, cfg.mp_policy == "bf16"
     if parallel == "ddp":
         exact = params if hasattr(params, "parameters") else n_params   # a module gives the exact buckets
-        bufs = comm_buffer_bytes(exact, strategy="ddp", precision="fp32", bucket_cap_mb=cfg.bucket_cap_mb)
+        cap = 25.0 if cfg.bucket_cap_mb is None else cfg.bucket_cap_mb      # None: torch's default cap
+        bufs = comm_buffer_bytes(exact, strategy="ddp", precision="fp32", bucket_cap_mb=cap)
         t = sum(ring_time("all_reduce", s, nranks, alpha=a, beta=b) for s in bufs["bucket_bytes"])
         return checks.finite_result("communication seconds", t, params=params, alpha_beta=alpha_beta)
     if parallel == "single":

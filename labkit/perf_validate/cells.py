@@ -83,11 +83,14 @@ def wrapped_units(cfg, params=None) -> int:
     checks.one_of("cfg.parallel", getattr(cfg, "parallel", None), PARALLELS)
     if cfg.parallel == "fsdp":
         return 1 if getattr(cfg, "fsdp_wrap", "block") == "model" else cfg.model_config.n_layers + 1
+    from labkit.comm.buckets import ddp_buckets
     from labkit.memory.estimate import comm_buffer_bytes
 
     model = _meta_model(cfg) if params is None else params
-    return len(comm_buffer_bytes(model, strategy="ddp", precision="fp32", bucket_cap_mb=cfg.bucket_cap_mb)
-               ["bucket_bytes"])
+    if hasattr(model, "parameters"):   # torch's rule on the shapes, the 1 MiB first bucket of cap None included
+        return ddp_buckets(model, bucket_cap_mb=cfg.bucket_cap_mb).n_buckets
+    cap = 25.0 if cfg.bucket_cap_mb is None else cfg.bucket_cap_mb
+    return len(comm_buffer_bytes(model, strategy="ddp", precision="fp32", bucket_cap_mb=cap)["bucket_bytes"])
 
 
 def predict_step(cfg, nranks: int, *, flops_per_s: float, alpha_beta, cores: int, threads_per_rank: int = 1,

@@ -146,15 +146,16 @@ def simulate(micro_compute_s, comm_s, *, steps: int = 40, **controller) -> list[
     return ctl.log
 
 
-def held_out(cfg):
+def held_out(cfg, dataset=None):
     """(training dataset, held-out windows) of ``cfg``: with ``val_every`` the corpus' last
     ``val_sequences`` windows are held out and never trained on (training sees the others, in the same
-    seeded order); without it, (the whole corpus, None). ``train_sequences`` keeps the first N windows only. Taught in chapter 25 (the validation guard)."""
+    seeded order); without it, (the whole corpus, None). ``train_sequences`` keeps the first N windows only.
+    ``dataset``: the run's windows (default: the packed pre-tokenised corpus). Taught in chapter 25 (the validation guard)."""
     import torch
 
     from labkit import data
 
-    full = data.TokenDataset(data.load_tokens(), cfg.model_config.seq_len)
+    full = dataset if dataset is not None else data.TokenDataset(data.load_tokens(), cfg.model_config.seq_len)
     n = len(full)
     if not cfg.val_every:
         return (full if cfg.train_sequences is None else torch.utils.data.Subset(full, range(cfg.train_sequences))), None

@@ -6,12 +6,24 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
 - **batch**: ``micro_batch`` sequences per rank per micro-batch × ``accum`` micro-batches per step ×
   ranks = the global batch, in sequences of ``seq_len`` tokens (chapter 15);
 - **parallelism** (applied from outside the model by :mod:`labkit.train.parallel`): ``"single"``,
-  ``"ddp"`` (``bucket_cap_mb``; ``comm_hook`` = ``"fp16"`` / ``"bf16"`` compression or ``"powersgd"`` with
+  ``"ddp"`` (``bucket_cap_mb``, None = torch's default with its 1 MiB first bucket; ``gradient_as_bucket_view``,
+  ``static_graph`` — chapter 19; ``comm_hook`` = ``"fp16"`` / ``"bf16"`` compression or ``"powersgd"`` with
   ``powersgd_rank`` and ``powersgd_start_iter``, chapter 23), ``"fsdp"`` = FSDP2 ``fully_shard`` (``reshard_after_forward`` True /
   False / None = torch's default / an int, explicit ``prefetch`` depth and ``prefetch_mode``, ``mp_policy``,
   ``cpu_offload``, ``fsdp_wrap`` granularity — chapter 20), ``"fsdp1"`` = ``FullyShardedDataParallel``
   (``sharding_strategy``, ``limit_all_gathers``, ``backward_prefetch``, ``forward_prefetch``,
   ``mp_policy``); ``checkpoint`` (activation recomputation per block), ``compile``;
+- **tensor and pipeline parallelism** (chapter 24; :mod:`labkit.train.tensor_parallel`,
+  :mod:`labkit.train.pipeline`): ``tp`` ranks split each block Megatron-style (``sequence_parallel`` splits
+  the activations between them along the sequence), ``pp`` pipeline stages run by ``pp_schedule``
+  (``"gpipe"``, ``"1f1b"``, ``"interleaved1f1b"`` with ``virtual_stages`` chunks per rank) whose
+  micro-batches are the ``accum`` micro-batches; ``parallel`` then applies over the remaining
+  dp = ranks / (tp·pp) ("single" when dp = 1);
+- **fusion and launch overhead** (chapter 17): ``optimizer_impl`` = ``"auto"`` (torch's choice),
+  ``"for-loop"`` (one set of ops per parameter tensor), ``"foreach"`` (horizontally fused ``_foreach_*``
+  ops over all tensors) or ``"fused"`` (one fused AdamW kernel), built by :mod:`labkit.train.optim`;
+  ``cuda_graphs`` (the model's forward and backward captured once as CUDA graphs and replayed —
+  ``torch.cuda.make_graphed_callables``, :mod:`labkit.train.graphs`; CUDA only, ``parallel="single"``);
 - **precision** (chapter 18): ``dtype`` = ``"fp32"``, ``"bf16"`` or ``"fp16"`` autocast; ``loss_scale``
   (``"auto"`` = dynamic under fp16, ``"dynamic"`` = ``torch.amp.GradScaler`` from ``scale_init`` growing
   after ``scale_growth_interval`` clean steps, a number = a static scale, ``"off"``); ``grad_stats`` (per-layer
@@ -31,16 +43,12 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   ``"straggler"`` (the same block on one rank only, ``straggler_rank``, so the others wait for it at the
   collectives); ``inject_share`` is the share of a clean step the data/comm/host/straggler injection
   adds unless ``data_slowdown_s``/``comm_pad_mb``/``host_stall_s`` fix it;
-- **adaptive accumulation** (chapter 25, :mod:`labkit.train.adaptive`): ``accum="adaptive"`` starts at
-  ``accum_start`` and lets the controller choose each step's accumulation from the meter's compute and
-  communication phases (``accum_window`` steps, ``accum_cap``, ``accum_hysteresis``); the learning rate
-  follows ``accum_lr_rule`` (``"sqrt"`` for AdamW, ``"linear"``, ``"none"``); ``val_every`` > 0 evaluates a
-  held-out split (``val_sequences`` windows at the corpus' end, never trained on) every N steps and lowers
-  accumulation after ``val_patience`` rising validation losses; ``swa_start`` averages the weights from that
-  step on (SWA) and evaluates the average too; ``train_sequences`` trains on the corpus' first N windows only
-  (a small set a model overfits, so the held-out loss rises). ``inject_steps=(a, b)`` switches an injection on for steps
-  a ≤ i < b only (a slow link that comes and goes); ``max_grad_norm`` clips once per step, after the last
-  micro-batch and after the loss scale is divided out;
+- **the data pipeline** (chapter 22): ``num_workers``, ``prefetch_factor``, ``persistent_workers``,
+  ``pin_memory`` (the DataLoader's), ``dataset`` = ``"memmap"`` (the pre-tokenised token file) or
+  ``"on_the_fly"`` (tokenised per sample), ``packing`` (False: one padded document per row);
+- **adaptive accumulation** (chapter 25, :mod:`labkit.train.adaptive`): ``accum="adaptive"`` and the ``accum_*``
+  knobs; ``val_every``/``val_sequences``/``val_patience`` (held-out split and guard), ``swa_start``,
+  ``train_sequences``, ``inject_steps=(a, b)`` (an injection on for steps a ≤ i < b), ``max_grad_norm``;
 - **measurement**: ``warmup_steps`` (excluded from timing), ``profile_dir`` (one Chrome trace per
   rank; ``profile_steps`` = how many of the last steps to record), ``peak_flops`` (per device; None →
   :func:`labkit.hardware.resolve_peak`).
@@ -58,11 +66,14 @@ PARALLEL = ("single", "ddp", "fsdp", "fsdp1")
 DTYPES = ("fp32", "bf16", "fp16")
 COMM_HOOKS = (None, "fp16", "bf16", "powersgd")                            # DDP communication hooks
 LOSS_SCALES = ("auto", "dynamic", "off")                                  # or a number: a static scale
+DATASETS = ("memmap", "on_the_fly")                                        # chapter 22
 INJECTIONS = ("none", "data", "compute", "comm", "memory", "host", "straggler")
 SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSDP1
 BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
 FSDP_WRAP = ("block", "model")                   # FSDP units: one per transformer block + root, or the root only
 PREFETCH_MODES = ("both", "forward", "backward")  # FSDP2 explicit prefetch: which passes
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")   # torch.distributed.pipelining schedules (chapter 24)
+OPTIMIZER_IMPLS = ("auto", "for-loop", "foreach", "fused")   # AdamW implementations (chapter 17)
 LR_RULES = ("sqrt", "linear", "none")             # accum="adaptive": how the lr follows accumulation (chapter 25)
 
 
@@ -83,7 +94,9 @@ class TrainConfig:
     scale_growth_interval: int = 2000   # dynamic: clean steps in a row before the scale doubles
     grad_stats: bool = False            # per-layer gradient statistics every step (labkit.precision)
     parallel: str = "single"            # "single" | "ddp" | "fsdp" (FSDP2) | "fsdp1"
-    bucket_cap_mb: float = 25.0         # DDP
+    bucket_cap_mb: float | None = 25.0  # DDP: MiB per bucket (every bucket); None = torch's default: 25, first 1
+    gradient_as_bucket_view: bool = False  # DDP: .grad are views into the buckets (no second gradient copy)
+    static_graph: bool = False          # DDP: the graph is the same every step (torch's static_graph=True)
     comm_hook: str | None = None        # DDP: None | "fp16" | "bf16" (CUDA + NCCL only) | "powersgd"
     powersgd_rank: int = 1              # DDP PowerSGD: matrix approximation rank
     powersgd_start_iter: int = 2        # DDP PowerSGD: plain all-reduce before this iteration (torch needs > 1)
@@ -100,11 +113,20 @@ class TrainConfig:
     prefetch_mode: str = "both"         # with prefetch ≥ 1: "both" | "forward" | "backward"
     checkpoint: bool = False            # activation checkpointing per block
     compile: bool = False               # torch.compile
+    # -- fusion and launch overhead (chapter 17) --
+    optimizer_impl: str = "auto"        # AdamW: "auto" (torch's choice) | "for-loop" | "foreach" | "fused"
+    cuda_graphs: bool = False           # forward + backward captured as CUDA graphs and replayed (CUDA only)
     attention: str = "sdpa"             # labkit.attention: sdpa, naive, or a forced backend (flash, math, ...)
     lr: float = 3e-4
     seed: int = 0
     num_workers: int = 0
     data_slowdown_s: float = 0.0        # sleep per sample in the loader (labkit.data.SlowDataset)
+    # -- the data pipeline (chapter 22) --
+    prefetch_factor: int | None = None  # batches each worker keeps ready (None → torch's 2); needs num_workers > 0
+    persistent_workers: bool | None = None  # keep workers across epochs (None → True when num_workers > 0)
+    pin_memory: bool | None = None      # page-locked batches (None → on CUDA only; True on CPU: torch warns, no-op)
+    dataset: str = "memmap"             # "memmap" (pre-tokenised token file) | "on_the_fly" (tokenise per sample)
+    packing: bool = True                # False: one document per row, padded (memmap only; labkit.data.PaddedDataset)
     inject: str = "none"                # one of INJECTIONS (labkit.train.inject)
     inject_share: float = 0.4           # share of a clean step the data/comm/host/straggler injection adds
     comm_pad_mb: float = 0.0            # extra all-reduce payload per step (inject="comm"; 0 → sized)
@@ -119,6 +141,12 @@ class TrainConfig:
     # gradient accumulation under data parallelism (chapter 15)
     no_sync: bool = True                # sync gradients on the last micro-batch only; False: on every one
     reshard_after_backward: bool = True  # FSDP2: False keeps parameters gathered between micro-batches
+    # tensor and pipeline parallelism (chapter 24): mesh (pp, dp, cp, tp), dp = ranks / (tp·pp)
+    tp: int = 1                         # tensor-parallel ranks per block (Megatron column/row split)
+    pp: int = 1                         # pipeline stages (ranks), micro-batches = accum
+    pp_schedule: str = "1f1b"           # one of PP_SCHEDULES
+    virtual_stages: int = 1             # model chunks per pipeline rank (interleaved1f1b: ≥ 2)
+    sequence_parallel: bool = False     # with tp > 1: activations between TP regions split along the sequence
     # adaptive accumulation and its safeguards (chapter 25, labkit.train.adaptive)
     accum_start: int = 1                # accum="adaptive": the first steps' accumulation
     accum_window: int = 10              # steps whose comm/compute ratios are averaged (the source's 10)
@@ -174,9 +202,11 @@ class TrainConfig:
         for name in ("limit_all_gathers", "forward_prefetch", "checkpoint", "compile", "cpu_offload"):
             checks.flag(f"TrainConfig.{name}", getattr(self, name))
         self._check_fsdp2_knobs(bad)
+        self._check_fusion(bad)
         checks.count("TrainConfig.prefetch", self.prefetch, at_least=0)
         checks.count("TrainConfig.num_workers", self.num_workers, at_least=0)
-        checks.positive("TrainConfig.bucket_cap_mb", self.bucket_cap_mb)
+        self._check_ddp_knobs(bad)
+        self._check_data(bad)
         checks.positive("TrainConfig.lr", self.lr)
         checks.nonneg("TrainConfig.data_slowdown_s", self.data_slowdown_s)
         checks.nonneg("TrainConfig.comm_pad_mb", self.comm_pad_mb)
@@ -195,6 +225,61 @@ class TrainConfig:
             checks.flag(f"TrainConfig.{name}", getattr(self, name))
         if not self.reshard_after_backward and self.parallel != "fsdp":
             bad("reshard_after_backward", "False applies to parallel='fsdp' (FSDP2 set_reshard_after_backward) only")
+        self._check_model_parallel(bad)
+
+    def _check_model_parallel(self, bad) -> None:
+        """Chapter 24's knobs (tp · pp · dp = the world size is checked where the world is known:
+        labkit.train.parallel.mesh_shape)."""
+        for name in ("tp", "pp", "virtual_stages"):
+            checks.count(f"TrainConfig.{name}", getattr(self, name))
+        checks.flag("TrainConfig.sequence_parallel", self.sequence_parallel)
+        if self.pp_schedule not in PP_SCHEDULES:
+            bad("pp_schedule", f"choose one of {PP_SCHEDULES}")
+        m = self.model_config
+        if self.tp > 1 and (m.n_heads % self.tp or m.ff % self.tp):
+            bad("tp", f"n_heads={m.n_heads} and d_ff={m.ff} of model {self.model!r} must both be divisible by tp "
+                "(each rank holds whole heads and an equal slice of the MLP)")
+        if self.sequence_parallel and self.tp == 1:
+            bad("sequence_parallel", "sequence parallelism splits the activations of tensor-parallel ranks: it needs tp ≥ 2")
+        if self.sequence_parallel and self.pp > 1:
+            bad("sequence_parallel", "sequence parallelism with pp > 1 is not supported here: use tp alone")
+        if self.sequence_parallel and m.seq_len % self.tp:
+            bad("sequence_parallel", f"seq_len={m.seq_len} must be divisible by tp={self.tp}")
+        v = self.virtual_stages
+        if self.pp_schedule == "interleaved1f1b" and self.pp > 1 and v < 2:
+            bad("virtual_stages", "pp_schedule='interleaved1f1b' needs virtual_stages ≥ 2 (with 1 it is 1F1B)")
+        if v > 1 and (self.pp == 1 or self.pp_schedule != "interleaved1f1b"):
+            bad("virtual_stages", "virtual stages need pp ≥ 2 and pp_schedule='interleaved1f1b'")
+        if self.pp * v > m.n_layers:
+            bad("pp", f"pp={self.pp} × virtual_stages={v} stages need at least as many blocks; model {self.model!r} "
+                f"has n_layers={m.n_layers}")
+        if self.pp > 1 and self.pp_schedule != "gpipe" and self.accum < self.pp:
+            bad("accum", f"{self.pp_schedule} needs at least pp={self.pp} micro-batches (accum ≥ pp), else stages idle "
+                "for the whole step")
+        if self.pp > 1 and self.pp_schedule == "interleaved1f1b" and self.accum % max(1, self.accum // self.pp):
+            bad("accum", f"interleaved1f1b runs rounds of accum // pp micro-batches: accum={self.accum} must be a "
+                f"multiple of {self.accum // self.pp} (e.g. a multiple of pp={self.pp})")
+        if self.tp * self.pp > 1:
+            rules = {"compile": self.compile, "cpu_offload": self.cpu_offload, "grad_stats": self.grad_stats,
+                     "comm_hook": self.comm_hook is not None, "inject": self.inject != "none",
+                     "parallel": self.parallel == "fsdp1"}
+            for name, used in rules.items():
+                if used:
+                    bad(name, f"not supported with tp={self.tp}, pp={self.pp} in labkit (tensor/pipeline parallelism "
+                        "composes with parallel='single', 'ddp' or 'fsdp', eager, without injections)")
+            if self.scaling != "off":
+                bad("loss_scale", "loss scaling is not supported with tp/pp > 1 here: use fp32 or bf16")
+
+    def _check_ddp_knobs(self, bad) -> None:
+        """Chapter 19's DDP knobs: ``bucket_cap_mb`` (None = torch's default, 25 MiB with a 1 MiB first
+        bucket — labkit.comm.buckets.ddp_caps), ``gradient_as_bucket_view``, ``static_graph``."""
+        if self.bucket_cap_mb is not None:
+            checks.positive("TrainConfig.bucket_cap_mb", self.bucket_cap_mb)
+        for name in ("gradient_as_bucket_view", "static_graph"):
+            checks.flag(f"TrainConfig.{name}", getattr(self, name))
+            if getattr(self, name) and self.parallel != "ddp":
+                bad(name, "it is a DistributedDataParallel option: it applies to parallel='ddp' only (FSDP has "
+                    "no gradient buckets)")
 
     def _check_adaptive(self, bad) -> None:
         """Chapter 25's knobs: ``accum`` an int or "adaptive"; the controller's knobs with "adaptive" only."""
@@ -209,6 +294,9 @@ class TrainConfig:
                                   ("accum_hysteresis", 2), ("accum_lr_rule", "sqrt")):
                 if getattr(self, name) != default:
                     bad(name, "the controller's knobs apply to accum='adaptive' only")
+        elif self.pp != 1:
+            bad("accum", "accum='adaptive' is not offered with pipeline parallelism (pp > 1): the schedule fixes "
+                "its micro-batches when it is built")
         elif self.inject in ("data", "compute", "memory") or self.memory_budget_mb is not None:
             bad("inject", "accum='adaptive' runs with inject 'none', 'comm', 'host' or 'straggler' (the data, "
                 "compute and memory injections and a memory budget resize the accumulation themselves)")
@@ -260,6 +348,46 @@ class TrainConfig:
         if self.scaling != "off" and self.parallel in ("fsdp", "fsdp1"):
             bad("loss_scale", "loss scaling under FSDP needs a sharded scaler, which labkit does not offer: use "
                 "dtype='fp32' with mp_policy='bf16' (bf16 needs no loss scaling), or parallel='ddp'")
+
+    def _check_data(self, bad) -> None:
+        """Chapter 22's loader options: the worker-only knobs need workers; padding needs document ends."""
+        if self.prefetch_factor is not None:
+            checks.count("TrainConfig.prefetch_factor", self.prefetch_factor)
+            if self.num_workers == 0:
+                bad("prefetch_factor", "it counts batches per worker: it needs num_workers > 0 (or None)")
+        for name in ("persistent_workers", "pin_memory"):
+            if getattr(self, name) is not None:
+                checks.flag(f"TrainConfig.{name}", getattr(self, name))
+        if self.persistent_workers and self.num_workers == 0:
+            bad("persistent_workers", "True keeps worker processes alive: it needs num_workers > 0 (or None)")
+        if self.dataset not in DATASETS:
+            bad("dataset", f"choose one of {DATASETS}")
+        checks.flag("TrainConfig.packing", self.packing)
+        if not self.packing and self.dataset != "memmap":
+            bad("packing", "packing=False pads one document per row from the token file: it needs dataset='memmap'")
+
+    def _check_fusion(self, bad) -> None:
+        """Chapter 17's options: the AdamW implementation and CUDA graphs (whose capture needs static shapes,
+        one device and no recomputation inside the graph; the device itself is checked when the run starts)."""
+        if self.optimizer_impl not in OPTIMIZER_IMPLS:
+            bad("optimizer_impl", f"choose one of {OPTIMIZER_IMPLS}")
+        checks.flag("TrainConfig.cuda_graphs", self.cuda_graphs)
+        if not self.cuda_graphs:
+            return
+        if self.tp * self.pp > 1:
+            bad("cuda_graphs", f"CUDA graphs apply to one device's whole model here, not to tp={self.tp} × "
+                f"pp={self.pp} shards; use tp=pp=1")
+        if self.parallel != "single":
+            bad("cuda_graphs", "CUDA graphs apply to parallel='single' only here (graphing under DDP/FSDP needs "
+                "their collectives captured too)")
+        if self.compile:
+            bad("cuda_graphs", "choose one: compile=True with CUDA graphs is torch.compile(mode='reduce-overhead'), "
+                "which labkit does not configure; use cuda_graphs=True alone or compile=True alone")
+        if self.checkpoint or self.inject == "memory":
+            bad("cuda_graphs", "activation checkpointing (checkpoint=True, inject='memory') re-runs forward inside "
+                "backward, which a captured graph does not allow here")
+        if self.device == "cpu":
+            bad("cuda_graphs", "CUDA graphs need a CUDA device; device='cpu' has none")
 
     @property
     def scaling(self) -> str:

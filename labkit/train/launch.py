@@ -29,8 +29,13 @@ def _check(cfgs, nprocs) -> None:
     for cfg in cfgs:
         if not isinstance(cfg, TrainConfig):
             raise TypeError(f"run needs a TrainConfig, got {type(cfg).__name__}")
-        if cfg.parallel == "single" and nprocs != 1:
-            raise ValueError(f"nprocs={nprocs} with parallel='single': use parallel='ddp' or 'fsdp' for > 1 rank")
+        if cfg.parallel == "single" and nprocs != cfg.tp * cfg.pp:
+            raise ValueError(f"nprocs={nprocs} with parallel='single': use parallel='ddp' or 'fsdp' for > 1 rank"
+                             + (f" (or nprocs = tp·pp = {cfg.tp * cfg.pp})" if cfg.tp * cfg.pp > 1 else ""))
+        if cfg.tp * cfg.pp > 1:
+            from labkit.train.parallel import mesh_shape
+
+            mesh_shape(cfg, nprocs)     # tp · pp · dp = nprocs, with a clear error
         raf = cfg.reshard_after_forward        # FSDP2 int reshard: a group size dividing the ranks (chapter 20)
         if cfg.parallel == "fsdp" and not isinstance(raf, bool) and isinstance(raf, int) and nprocs % raf:
             raise ValueError(f"TrainConfig.reshard_after_forward={raf} is not valid on {nprocs} ranks: an int must "

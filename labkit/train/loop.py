@@ -11,13 +11,20 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
         backward  loss.backward()  — DDP/FSDP gradient sync only on the last micro-batch (no_sync)
                   (scaler.scale(loss).backward() with a loss scale, chapter 18)
     comm          only with inject="comm": the padded all-reduce
-    optimizer     AdamW step (scaler.step + update: skipped on overflow), zero_grad
+    optimizer     AdamW step (scaler.step + update: skipped on overflow), zero_grad — in the implementation
+                  cfg.optimizer_impl names (for-loop / foreach / fused, labkit.train.optim, chapter 17)
     (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase
     (between)     chapter 25 (labkit.train.adaptive.AdaptiveRun): the next step's accumulation and learning
                   rate, the held-out evaluation, the weight average
 
+With ``pp`` > 1 (chapter 24) the pipeline schedule's ``step`` takes the place of the forward/backward of the
+``accum`` micro-batches (:func:`labkit.train.pipeline.step`: phases ``data``, ``pipeline``, ``comm``) — the same
+loop, data, optimizer and record; with ``tp`` > 1 the model's blocks are split but the loop is unchanged.
+
 Parallelism is applied from outside the model by :func:`labkit.train.parallel.parallelize`; bottleneck
-injections by :mod:`labkit.train.inject`; the record is built by :mod:`labkit.train.report`.
+injections by :mod:`labkit.train.inject`; the record is built by :mod:`labkit.train.report`. With
+``cuda_graphs`` the model's forward and backward are captured once and replayed (:mod:`labkit.train.graphs`,
+chapter 17).
 
 Global batch = micro_batch × accum × world ranks sequences of seq_len tokens. The data order depends
 only on the seed and the global batch (see :func:`labkit.data.make_loader`), so 1 process with
@@ -41,6 +48,7 @@ import time
 from labkit.record import RunRecord
 from labkit.train import inject, report
 from labkit.train.config import TrainConfig
+from labkit.train.optim import build_optimizer
 from labkit.train.parallel import parallelize, sync_context, world
 
 
@@ -74,10 +82,11 @@ def build_model(cfg: TrainConfig, device):
 def _autocast(cfg: TrainConfig, device):
     import torch
 
+    cache = False if cfg.cuda_graphs else None   # CUDA-graph capture needs the weight-cast cache off (ch. 17)
     if cfg.dtype == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=cache)
     if cfg.dtype == "fp16":
-        return torch.autocast(device_type=device.type, dtype=torch.float16)
+        return torch.autocast(device_type=device.type, dtype=torch.float16, cache_enabled=cache)
     return contextlib.nullcontext()
 
 
@@ -106,6 +115,10 @@ def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None,
     import torch
 
     phase = meter.phase if meter is not None else (lambda name: contextlib.nullcontext())
+    if getattr(model, "schedule", None) is not None:    # pp > 1: the schedule's step is forward/backward
+        from labkit.train import pipeline
+
+        return pipeline.step(model, micro_batches, cfg, device, phase, _autocast(cfg, device))
     k = cfg.first_accum if accum is None else accum
     total = torch.zeros((), device=device)
     for j in range(k):
@@ -123,19 +136,39 @@ def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None,
     return total
 
 
+def _dataset(cfg: TrainConfig):
+    """The run's token windows: the pre-tokenised memmap packed, padded documents, or tokenised on the fly
+    (chapter 22)."""
+    from labkit import data
+
+    seq = cfg.model_config.seq_len
+    if cfg.dataset == "on_the_fly":                        # chapter 22: tokenise in __getitem__
+        return data.OnTheFlyDataset(seq)
+    if cfg.packing:
+        return data.TokenDataset(data.load_tokens(), seq)
+    return data.PaddedDataset(data.load_tokens(), seq, data.tokenizer().token_to_id(data.EOS))  # one doc per row
+
+
 def _batches(cfg: TrainConfig, slowdown_s: float, world_size: int, device):
-    """Cycle through the loader forever, reshuffling each epoch (DistributedSampler.set_epoch); with
-    ``val_every`` the held-out windows are not in it (:func:`labkit.train.adaptive.held_out`)."""
+    """Cycle through the loader forever, reshuffling each epoch (DistributedSampler.set_epoch); the data
+    is sharded over the data-parallel ranks only (tp/pp groups read the same batches); with ``val_every``
+    the held-out windows are not in it (:func:`labkit.train.adaptive.held_out`)."""
     from labkit import data
     from labkit.train.adaptive import held_out
+    from labkit.train.parallel import data_shard
 
-    loader = data.make_loader(held_out(cfg)[0], cfg.micro_batch,
-                              num_workers=cfg.num_workers, pin_memory=device.type == "cuda",
-                              persistent_workers=cfg.num_workers > 0, slowdown_s=slowdown_s,
-                              seed=cfg.seed, distributed=world_size > 1)
+    replicas, index = data_shard(cfg, world_size, world()[1])
+    ds = held_out(cfg, _dataset(cfg))[0]
+    persistent = cfg.num_workers > 0 if cfg.persistent_workers is None else cfg.persistent_workers
+    pin = device.type == "cuda" if cfg.pin_memory is None else cfg.pin_memory
+    loader = data.make_loader(ds, cfg.micro_batch, num_workers=cfg.num_workers, pin_memory=pin,
+                              prefetch_factor=cfg.prefetch_factor, persistent_workers=persistent,
+                              slowdown_s=slowdown_s, seed=cfg.seed, distributed=replicas > 1,
+                              num_replicas=replicas, rank=index)
     if len(loader) == 0:       # a small training set (chapter 25): every rank needs a whole micro-batch
         raise ValueError(f"TrainConfig.train_sequences={cfg.train_sequences} gives no micro-batch of "
-                         f"{cfg.micro_batch} on each of {world_size} ranks: use at least {cfg.micro_batch * world_size}")
+                         f"{cfg.micro_batch} on each of {replicas} data-parallel ranks: use at least "
+                         f"{cfg.micro_batch * replicas}")
     epoch = 0
     while True:
         loader.sampler.set_epoch(epoch)
@@ -186,15 +219,16 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     import torch
     import torch.distributed as dist
 
-    if cfg.parallel != "single" and not dist.is_initialized() and "WORLD_SIZE" in os.environ:
+    ranks_needed = cfg.parallel != "single" or cfg.tp * cfg.pp > 1
+    if ranks_needed and not dist.is_initialized() and "WORLD_SIZE" in os.environ:
         from labkit.launcher.worker import init_distributed
 
         init_distributed()
     n, rank = world()
-    if cfg.parallel != "single" and not dist.is_initialized():
-        raise ValueError(f"parallel={cfg.parallel!r} needs torch.distributed: use labkit.train.run(cfg, nprocs) "
-                         "or torchrun")
-    if cfg.parallel == "single" and n > 1:
+    if ranks_needed and not dist.is_initialized():
+        raise ValueError(f"parallel={cfg.parallel!r}, tp={cfg.tp}, pp={cfg.pp} needs torch.distributed: use "
+                         "labkit.train.run(cfg, nprocs) or torchrun")
+    if cfg.parallel == "single" and n > cfg.tp * cfg.pp:
         raise ValueError(f"parallel='single' on {n} ranks would train {n} independent models; "
                          "use 'ddp' or 'fsdp'")
     if cfg.inject in ("comm", "straggler") and n < 2:
@@ -203,7 +237,11 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     requested = cfg
     cfg, facts = inject.plan(cfg, device)
     model = build_model(cfg, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    if cfg.cuda_graphs:                                    # chapter 17: capture forward + backward once
+        from labkit.train.graphs import graph_model
+
+        model = graph_model(model, cfg, device, autocast=lambda: _autocast(cfg, device))
+    opt = build_optimizer(model, cfg)                      # chapter 17: for-loop / foreach / fused AdamW
     batches = _batches(cfg, cfg.data_slowdown_s, n, device)
 
     probed = {}
@@ -212,7 +250,7 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
 
     from labkit.train.adaptive import AdaptiveRun, held_out
 
-    between = AdaptiveRun(cfg, model, opt, device, held_out(cfg)[1], n,       # chapter 25: accum, lr, val, SWA
+    between = AdaptiveRun(cfg, model, opt, device, held_out(cfg, _dataset(cfg))[1], n,       # chapter 25: accum, lr, val, SWA
                           autocast=lambda: _autocast(cfg, device))
 
     def step(meter=None, pad=None, last=False, stall=0.0, accum=None):
@@ -267,14 +305,20 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
                 prof.step()
     wall = time.perf_counter() - t0
     loss_t = torch.stack(losses).float()
-    if n > 1:   # the loss of the global batch = mean over ranks (equal local batch sizes)
-        dist.all_reduce(loss_t, op=dist.ReduceOp.SUM)
-        loss_t /= n
+    if n > 1:   # the loss of the global batch = mean over ranks (equal local batch sizes); with pp > 1 only
+        dist.all_reduce(loss_t, op=dist.ReduceOp.SUM)     # the n/pp last-stage ranks hold a loss, the rest 0
+        loss_t /= n // cfg.pp
     record = report.build(meter, cfg, requested, device=device, losses=loss_t.tolist(),
                           wall_s=wall, rank=rank, trace_files=trace_files, facts=facts)
     record.extra.update(between.extra(meter))
     if probe is not None:
         record.extra["probe"] = probed
+    if cfg.tp * cfg.pp > 1:
+        from labkit.train.parallel import layout
+
+        record.extra["layout"] = layout(cfg, n, rank)
+    if cfg.cuda_graphs:
+        record.extra["cuda_graphs"] = dict(getattr(model, "labkit_cuda_graphs", {}))
     hook_state = getattr(getattr(model, "_orig_mod", model), "labkit_comm_hook_state", None)
     if hook_state is not None:   # PowerSGD's own count of the gradient elements it was given and all-reduced
         record.extra["powersgd_numel"] = {"before": int(hook_state.total_numel_before_compression),

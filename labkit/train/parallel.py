@@ -6,8 +6,8 @@ compile). Order matters and follows the PyTorch docs:
 
 1. activation checkpointing of every transformer block (``checkpoint_wrapper``, non-reentrant) —
    before DDP / FSDP2 wrap the blocks; for FSDP1 after wrapping (``apply_activation_checkpointing``);
-2. ``"ddp"``: ``DistributedDataParallel(bucket_cap_mb=…)``
-   (https://pytorch.org/docs/stable/notes/ddp.html), with an optional communication hook (chapter 23:
+2. ``"ddp"``: ``DistributedDataParallel(bucket_cap_mb=…, gradient_as_bucket_view=…, static_graph=…)``
+   (https://pytorch.org/docs/stable/notes/ddp.html; chapter 19), with an optional communication hook (chapter 23:
    fp16 / bf16 compression, PowerSGD; https://pytorch.org/docs/stable/ddp_comm_hooks.html);
    ``"fsdp"``: FSDP2 ``fully_shard`` per block and on the root (``fsdp_wrap="block"``) or on the root
    only (``"model"``: one unit, the whole model gathered at once) over ``init_device_mesh(device, (world,))``,
@@ -22,11 +22,19 @@ compile). Order matters and follows the PyTorch docs:
    CPU it needs ``device_id=cpu``; HYBRID_SHARD on one host degrades to NO_SHARD (PLATFORM_NOTES);
 3. ``torch.compile``.
 
+With ``tp`` > 1 or ``pp`` > 1 (chapter 24) the ranks form a device mesh ``(pp, dp, cp, tp)``
+(``init_device_mesh`` with named dimensions, tp innermost as in Megatron: the ranks of one tensor-parallel
+group are neighbours; cp is 1 here), and the order is torchtitan's: tensor parallelism over ``tp``
+(:mod:`labkit.train.tensor_parallel`), the pipeline cut into this rank's stages (:mod:`labkit.train.pipeline`),
+then per stage checkpointing and DDP / FSDP2 over ``dp`` (DDP over tensor-parallel parameters through torch's
+``_pre_dp_module_transform``, which hands DDP their local shards). The data is sharded over ``dp`` only:
+the ranks of one tp/pp group read the same micro-batches.
+
 :func:`sync_context` switches gradient synchronisation off for all but the last micro-batch of an
 accumulation (DDP and FSDP1 ``no_sync()``; FSDP2 ``set_requires_gradient_sync``) unless ``no_sync=False``,
 and with FSDP2 ``reshard_after_backward=False`` keeps parameters unsharded between micro-batches.
 
-Taught in chapter 19 (DDP) and chapter 20 (FSDP); pipeline stages (chapter 24) will be applied here too.
+Taught in chapter 19 (DDP), chapter 20 (FSDP) and chapter 24 (tensor and pipeline parallelism).
 """
 from __future__ import annotations
 
@@ -40,6 +48,92 @@ def world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), dist.get_rank()
     return 1, 0
+
+
+MESH_DIMS = ("pp", "dp", "cp", "tp")      # outermost → innermost
+
+
+def mesh_shape(cfg, n: int) -> dict:
+    """The sizes of the mesh dimensions ``pp, dp, cp, tp`` for ``cfg`` on ``n`` ranks (dp = n / (tp·pp)).
+    Taught in chapter 24."""
+    inner = cfg.tp * cfg.pp
+    if n % inner:
+        raise ValueError(f"tp={cfg.tp} × pp={cfg.pp} = {inner} ranks per model replica does not divide the {n} ranks: "
+                         f"tp · pp · dp must equal the world size (use {inner}·k ranks)")
+    dp = n // inner
+    if cfg.parallel == "single" and dp > 1:
+        raise ValueError(f"parallel='single' with dp={dp} (= {n} ranks / (tp={cfg.tp} × pp={cfg.pp})) would train "
+                         f"{dp} independent replicas: use parallel='ddp' or 'fsdp' over dp, or {inner} ranks")
+    return {"pp": cfg.pp, "dp": dp, "cp": 1, "tp": cfg.tp}
+
+
+def coords(cfg, n: int, rank: int) -> dict:
+    """This rank's index on each mesh dimension (row-major over ``pp, dp, cp, tp``: tp varies fastest).
+    Taught in chapter 24."""
+    shape, out, rest = mesh_shape(cfg, n), {}, rank
+    for name in reversed(MESH_DIMS):
+        rest, out[name] = divmod(rest, shape[name])
+    return {name: out[name] for name in MESH_DIMS}
+
+
+def data_shard(cfg, n: int, rank: int) -> tuple[int, int]:
+    """(replicas, index) of this rank's data shard: the data-parallel dimension only. Taught in chapter 24."""
+    if cfg.tp * cfg.pp == 1:
+        return n, rank
+    return mesh_shape(cfg, n)["dp"], coords(cfg, n, rank)["dp"]
+
+
+def layout(cfg, n: int, rank: int) -> dict:
+    """The run record's note of the layout: mesh, this rank's coordinates, its stages, the schedule and the
+    predicted bubble (p−1)/(v·m). Taught in chapter 24."""
+    from labkit.train import pipeline
+
+    shape = mesh_shape(cfg, n)
+    out = {"mesh": shape, "dims": list(MESH_DIMS), "coords": coords(cfg, n, rank), "dp_strategy": cfg.parallel,
+           "sequence_parallel": cfg.sequence_parallel}
+    if cfg.pp > 1:
+        n_stages = cfg.pp * cfg.virtual_stages
+        spans = pipeline.split_layers(cfg.model_config.n_layers, n_stages)
+        here = pipeline.stage_indices(out["coords"]["pp"], cfg.pp, cfg.virtual_stages)
+        out.update(pp_schedule=cfg.pp_schedule, virtual_stages=cfg.virtual_stages, micro_batches=cfg.accum,
+                   stage_blocks=[list(s) for s in spans], stages_here=here,
+                   bubble_predicted=pipeline.bubble_fraction(cfg.pp, cfg.accum, cfg.virtual_stages))
+    return out
+
+
+def _model_parallel(model, cfg, device, n: int):
+    """tp/pp > 1: the mesh, tensor parallelism, the pipeline cut, then checkpointing and DP per stage."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    shape = mesh_shape(cfg, n)
+    mesh = init_device_mesh(device.type, tuple(shape.values()), mesh_dim_names=MESH_DIMS)
+    if cfg.tp > 1:
+        from labkit.train.tensor_parallel import apply_tensor_parallel
+
+        apply_tensor_parallel(model, mesh["tp"], sequence_parallel=cfg.sequence_parallel)
+
+    def wrap(part):
+        if cfg.checkpoint:
+            _checkpoint_blocks(part)
+        if cfg.parallel == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            if cfg.tp > 1:   # DDP does not take DTensor parameters: torch's TP+DDP bridge hands it the shards
+                from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+
+                _pre_dp_module_transform(part)
+            part = DDP(part, process_group=mesh["dp"].get_group(), bucket_cap_mb=cfg.bucket_cap_mb,
+                       device_ids=[device] if device.type == "cuda" else None,
+                       find_unused_parameters=cfg.pp > 1)   # pp: no bucket rebuild (one backward per micro-batch)
+        elif cfg.parallel == "fsdp":
+            part = _fsdp2(part, cfg, device, shape["dp"], mesh=mesh["dp"])
+        return part
+
+    if cfg.pp > 1:
+        from labkit.train import pipeline
+
+        return pipeline.build(model, cfg, mesh, device, wrap)
+    return wrap(model)
 
 
 def _checkpoint_blocks(model) -> None:
@@ -69,7 +163,7 @@ def comm_hook(ddp, cfg, device):
     return state
 
 
-def _fsdp2(model, cfg, device, n: int):
+def _fsdp2(model, cfg, device, n: int, mesh=None):
     import torch
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -79,7 +173,7 @@ def _fsdp2(model, cfg, device, n: int):
         raise ValueError(f"TrainConfig.reshard_after_forward={raf} is not valid on {n} ranks: an int must divide "
                          f"the ranks (a group size in {[d for d in range(2, n + 1) if n % d == 0]}), or use "
                          "True / False / None")
-    kw = {"mesh": init_device_mesh(device.type, (n,)), "reshard_after_forward": raf}
+    kw = {"mesh": mesh if mesh is not None else init_device_mesh(device.type, (n,)), "reshard_after_forward": raf}
     if cfg.mp_policy == "bf16":
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     if cfg.cpu_offload:
@@ -128,12 +222,15 @@ def parallelize(model, cfg, device):
     import torch
 
     n, _ = world()
+    if cfg.tp * cfg.pp > 1:
+        return _model_parallel(model, cfg, device, n)
     if cfg.checkpoint and cfg.parallel != "fsdp1":
         _checkpoint_blocks(model)
     if cfg.parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        model = DDP(model, device_ids=[device] if device.type == "cuda" else None, bucket_cap_mb=cfg.bucket_cap_mb)
+        model = DDP(model, device_ids=[device] if device.type == "cuda" else None, bucket_cap_mb=cfg.bucket_cap_mb,
+                    gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph)
         if cfg.comm_hook:
             model.labkit_comm_hook_state = comm_hook(model, cfg, device)   # PowerSGD's counters, read by the loop
     elif cfg.parallel == "fsdp":

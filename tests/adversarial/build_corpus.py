@@ -135,14 +135,16 @@ def real_lab_corpus() -> dict:
     lab01 with its throughput inflated by 10 % before saving: q1's consistency check must catch it and q2
     must not trip over it (a 1.5x inflation pushed the record's MFU past 100 % — q2's sanity bound — whenever
     a loaded machine depressed the measured peak enough that the real MFU exceeded 2/3; at 1.1x that needs a
-    real MFU above 91 %). lab03, lab04 and lab06: see :func:`_lab03_forged`, :func:`_lab04_forged` and
-    :func:`_lab06_inflated`.
+    real MFU above 91 %). lab03, lab04, lab06 and lab08: see :func:`_lab03_forged`, :func:`_lab04_forged`,
+    :func:`_lab06_inflated` and :func:`_lab08_forged`.
     """
     lab01 = _forged("lab01_baseline", "q1", "record.save(baseline_path)",
                     "record.tokens_per_s *= 1.1  # a better number, typed in\n"
                     "record.mfu *= 1.1\nrecord.save(baseline_path)")
     return {"lab01_inflated": lab01, "lab03_forged": _lab03_forged(), "lab04_forged": _lab04_forged(),
-            "lab06_inflated": _lab06_inflated()}
+            "lab06_inflated": _lab06_inflated(), "lab11_quieter": _lab11_quieter(),
+            "lab09_forged": _lab09_forged(),
+            "lab08_forged": _lab08_forged()}
 
 
 def _forged(lab_id: str, qid: str, old: str, new: str):
@@ -190,6 +192,32 @@ def _lab06_inflated():
     return _forged("lab06_fsdp", "q2", "records = dict(zip(STRATEGIES, recs))",
                    "records = dict(zip(STRATEGIES, recs))\n"
                    "for rec in recs:\n    rec.tokens_per_s *= 1.1  # a better number, typed in")
+
+
+def _lab11_quieter():
+    """lab11 with q1's σ halved before it is recorded ("a quieter machine", typed in): q1's check re-fits σ from
+    the recorded runs and must catch it; q2 and q3 use the real noise model, so they keep their points."""
+    return _forged("lab11_regression", "q1", "answer_q1 = noise.sigma",
+                   "answer_q1 = noise.sigma / 2  # a quieter machine, typed in")
+
+
+def _lab09_forged():
+    """lab09 with every p10 time of the benchmark table cut by 10 % before anything is computed from it (a faster
+    link, typed in): q1's consistency check re-derives the table from the per-iteration timings and must catch it;
+    the answers, the fit, the held-out prediction and the model's all-reduce all follow from the (forged) table,
+    so nothing else may fail."""
+    return _forged("lab09_collectives", "q1", "table = bench.table",
+                   "table = bench.table\n"
+                   "table[\"p10_us\"] *= 0.9  # a faster link, typed in")
+
+
+def _lab08_forged():
+    """lab08 with the fixed trace's data-loader wait halved in the answer (a better number, typed in): q2's trace
+    check re-analyses the recorded trace and must catch it; the A/B check re-derives the speedup from the samples
+    and still passes."""
+    return _forged("lab08_data_pipeline", "q2", 'answer_q2 = {"wait_share_after": ta_fixed.data_wait_share,',
+                   'answer_q2 = {"wait_share_after": ta_fixed.data_wait_share / 2,  # a better number, typed in\n'
+                   '             ')
 
 
 def main() -> int:
