@@ -185,6 +185,7 @@ class Meter:
         self._steps: list[float] = []
         self._tokens: list = []
         self._phases: dict[str, list[float]] = {}
+        self._per_step: list[dict[str, float]] = []   # each measured step's phases (chapter 25's controller)
         self._phase_objs: dict[str, _Phase] = {}
         self._step_obj = _Step(self)
 
@@ -245,6 +246,7 @@ class Meter:
                 per[name] = per.get(name, 0.0) + el(s, e)
             for name, v in per.items():
                 self._phases.setdefault(name, []).append(v)
+            self._per_step.append(per)
         self._pending = [] if n is None else self._pending[n:]
 
     # ------------------------------------------------------------------ reading
@@ -252,6 +254,21 @@ class Meter:
     def n_steps(self) -> int:
         """Measured (post-warm-up), completed steps; never synchronises. Chapter 7 (timing)."""
         return len(self._steps) + len(self._pending)
+
+    def recent(self, lag: int = 0) -> dict[str, float] | None:
+        """The phase seconds of the measured step ``lag`` steps before the latest (None if there is none).
+
+        Resolves only up to that step: on CPU (``lag=0``) nothing waits; with CUDA events ``lag=1`` reads
+        the step before the one just enqueued, whose events the GPU has normally passed — so a controller
+        between steps (chapter 25's adaptive accumulation) adds no synchronisation per step. Chapter 7.
+        """
+        lag = checks.count("lag", lag, at_least=0)
+        i = self.n_steps - 1 - lag
+        if i < 0:
+            return None
+        if i >= len(self._steps):
+            self._resolve(i + 1 - len(self._steps))
+        return dict(self._per_step[i])
 
     @property
     def step_times(self) -> list[float]:
@@ -341,9 +358,17 @@ class Meter:
             device["name"] = torch.cuda.get_device_name(self.device)
             peak_mem = int(torch.cuda.max_memory_allocated(self.device))
         extra = {k: s[k] for k in ("mfu_error", "hfu_error") if k in s}
+        tokens_per_step = self.tokens_per_step
+        real = [t for t in self._tokens if t is not None]
+        if real and len(real) == len(self._tokens) and min(real) != max(real):
+            # steps of different sizes (chapter 25): the record's tokens per step is their mean (tokens/s
+            # above is already total real tokens ÷ total time); the range says they varied
+            tokens_per_step = round(sum(real) / len(real))
+            extra["tokens_per_step_varied"] = {"min": min(real), "max": max(real), "mean": sum(real) / len(real),
+                                               "steps": len(real)}
         rec = RunRecord(
             label=self.label, step_time=s["step_time"],
-            tokens_per_step=self.tokens_per_step, tokens_per_s=s["tokens_per_s"], n_devices=self.n_devices,
+            tokens_per_step=tokens_per_step, tokens_per_s=s["tokens_per_s"], n_devices=self.n_devices,
             model_flops_per_token=self.flops_per_token, hardware_flops_per_token=self.hardware_flops_per_token,
             peak_flops=self.peak_flops, peak_source=self.peak_source, dtype=self.dtype,
             mfu=s["mfu"], hfu=s["hfu"] if s["hfu"] is not None else None, phases=dict(s["phases"]),

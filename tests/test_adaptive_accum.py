@@ -89,3 +89,11 @@ def test_bad_observations_are_named():
         scaled_lr(1e-3, 2, rule="cubic")
     with pytest.raises(ValueError, match="val_loss"):
         ValidationGuard().update(float("nan"), 2)
+
+
+def test_hysteresis_leaves_a_dead_band_one_above_the_target():
+    # comm 5 × a micro-batch (capped at 4); the window straddling the switch averages ≈ 2: the rule moves 4 → 2,
+    # then wants 1 — a move of 1, which hysteresis 2 ignores for good (chapter 25's dead band)
+    ks = _ks(simulate(0.01, lambda i: 0.05 if 4 <= i < 14 else 0.0, steps=40, window=4, cap=4))
+    assert max(ks) == 4 and set(ks[20:]) == {2}
+    assert _ks(simulate(0.01, lambda i: 0.05 if 4 <= i < 14 else 0.0, steps=40, window=4, cap=4, hysteresis=1))[-1] == 1

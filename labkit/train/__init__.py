@@ -7,10 +7,11 @@
 - :func:`train` (``loop.py``) — the one training loop, one rank;
 - ``inject.py`` — bottleneck injections (chapters 2, 9, 14), ``report.py`` — the run record;
 - ``accum.py`` — does accumulation give the whole batch's gradient? measured (chapter 15);
+- ``adaptive.py`` — the adaptive-accumulation controller and its safeguards, called between steps (chapter 25);
 - ``optim.py`` — AdamW for-loop / foreach / fused (``optimizer_impl``), ``graphs.py`` — ``cuda_graphs`` (chapter 17);
 - :func:`run` / :func:`run_many` (``launch.py``) — the loop on N ranks through :func:`labkit.launch`.
 
-Taught in chapter 4, chapter 14, chapter 15, chapter 19, chapter 20 and chapter 24.
+Taught in chapter 4, chapter 14, chapter 15, chapter 19, chapter 20, chapter 24 and chapter 25.
 """
 from labkit.train.config import (
            BACKWARD_PREFETCH,

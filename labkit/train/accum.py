@@ -21,7 +21,7 @@ Because the two gradients agree, so do their norms: a gradient-clipping threshol
 under accumulation (clip once, after the last micro-batch). Sources: ../shared/course/FACTS.md
 "Accumulation"; Goyal et al. 2017 §2.3 (BatchNorm statistics are per worker batch).
 
-Taught in chapter 15 (micro-batch and accumulation).
+Taught in chapter 15 (micro-batch and accumulation); :func:`grad_norms` in chapter 25 (the clipping threshold).
 """
 from __future__ import annotations
 
@@ -156,3 +156,26 @@ def batchnorm_parity(sequences: int = 16, micro_batch: int = 4, *, norm: str = "
 
     return _compare(grad(n), grad(mb), sequences=n, micro_batch=mb, accum=n // mb, reduction=f"{norm}norm",
                     pad_share=0.0)
+
+
+def grad_norms(cfg, accums=(1, 2, 4, 8), *, summed: bool = False) -> dict[int, float]:
+    """The global gradient norm after accumulating k micro-batches of ``cfg`` (fresh seeded model, the loop's
+    own :func:`~labkit.train.loop.forward_backward`, the first k micro-batches of the seeded data stream) for
+    each k: each micro-batch's loss ÷ k (the loop's way, ``summed=False``), or summed over micro-batches
+    (× k: what the source's ``max_norm = 0.1·√k`` assumes). Taught in chapter 25 (the clipping threshold)."""
+    import torch
+
+    from labkit.train.loop import _batches, build_model, forward_backward
+
+    if not accums:
+        raise ValueError("accums must name at least one accumulation")
+    ks = [checks.count("accum", k) for k in accums]
+    cpu = torch.device("cpu")
+    model = build_model(cfg, cpu)          # one seeded model; gradients cleared between accumulations
+    out = {}
+    for k in ks:
+        model.zero_grad(set_to_none=True)
+        forward_backward(model, _batches(cfg, 0.0, 1, cpu), cfg, cpu, accum=k)
+        g = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
+        out[k] = float(g.norm()) * (k if summed else 1)
+    return out

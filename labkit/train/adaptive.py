@@ -31,10 +31,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from labkit import checks
+from labkit.train.config import LR_RULES  # the rules TrainConfig validates accum_lr_rule against
 
-__all__ = ["AccumController", "ValidationGuard", "scaled_lr", "simulate", "LR_RULES"]
+__all__ = ["AccumController", "ValidationGuard", "AdaptiveRun", "scaled_lr", "simulate", "held_out",
+           "LR_RULES"]
 
-LR_RULES = ("sqrt", "linear", "none")
 
 
 @dataclass
@@ -82,6 +83,12 @@ class AccumController:
                 self.accum = want
                 self._ratios.clear()           # the next decision sees only steps run at the new value
         self.log.append((self._steps, r, self.accum))
+        return self.accum
+
+    def force(self, accum: int) -> int:
+        """Set the accumulation from outside (the validation guard); the window starts again."""
+        self.accum = checks.count("accum", accum, at_most=self.cap)
+        self._ratios.clear()
         return self.accum
 
 
@@ -137,3 +144,179 @@ def simulate(micro_compute_s, comm_s, *, steps: int = 40, **controller) -> list[
         k = ctl.accum
         ctl.observe(k * mc(i), cm(i), k)
     return ctl.log
+
+
+def held_out(cfg, dataset=None):
+    """(training dataset, held-out windows) of ``cfg``: with ``val_every`` the corpus' last
+    ``val_sequences`` windows are held out and never trained on (training sees the others, in the same
+    seeded order); without it, (the whole corpus, None). ``train_sequences`` keeps the first N windows only.
+    ``dataset``: the run's windows (default: the packed pre-tokenised corpus). Taught in chapter 25 (the validation guard)."""
+    import torch
+
+    from labkit import data
+
+    full = dataset if dataset is not None else data.TokenDataset(data.load_tokens(), cfg.model_config.seq_len)
+    n = len(full)
+    if not cfg.val_every:
+        return (full if cfg.train_sequences is None else torch.utils.data.Subset(full, range(cfg.train_sequences))), None
+    if cfg.val_sequences >= n // 2:
+        raise ValueError(f"TrainConfig.val_sequences={cfg.val_sequences} would hold out half or more of the "
+                         f"corpus' {n} windows: use fewer")
+    keep = n - cfg.val_sequences
+    xs, ys = zip(*(full[i] for i in range(keep, n)), strict=True)
+    train = range(keep if cfg.train_sequences is None else min(keep, cfg.train_sequences))
+    return torch.utils.data.Subset(full, train), (torch.stack(xs), torch.stack(ys))
+
+
+class AdaptiveRun:
+    """What :func:`labkit.train.loop.train` does between steps for chapter 25, in one place: the
+    accumulation of each step (fixed, or chosen by an :class:`AccumController` from the meter's
+    forward + backward and comm phases), the learning rate that follows it (:func:`scaled_lr`), the
+    held-out evaluation every ``val_every`` steps, the :class:`ValidationGuard` and the SWA average.
+
+    Ranks must run the same accumulation: each measured step's (compute, comm) seconds are averaged over
+    ranks by one host-side all-reduce of two floats (a gloo group on CUDA, so the device never waits).
+    Taught in chapter 25.
+    """
+
+    def __init__(self, cfg, model, opt, device, val, world_size: int, autocast=None):
+        import contextlib
+
+        self.cfg, self.model, self.opt, self.device, self.val = cfg, model, opt, device, val
+        self._autocast = autocast or contextlib.nullcontext     # the loop's autocast for the held-out forward
+        self.ctl = (AccumController(window=cfg.accum_window, cap=cfg.accum_cap, hysteresis=cfg.accum_hysteresis,
+                                    start=cfg.accum_start) if cfg.adaptive else None)
+        self.guard = ValidationGuard(patience=cfg.val_patience) if (cfg.adaptive and val is not None) else None
+        self.ks: list[int] = []
+        self.lrs: list[float] = []
+        self._norms: list = []                   # gradient norms before clipping (tensors: no sync per step)
+        self.val_log: list[dict] = []
+        self._swa, self._swa_n = None, 0
+        self._group = None
+        if self.ctl is not None and world_size > 1:
+            import torch.distributed as dist
+
+            self._group = dist.new_group(backend="gloo") if device.type == "cuda" else dist.group.WORLD
+        self._lag = 1 if device.type == "cuda" else 0
+        self._mb_tokens = cfg.micro_batch * world_size * cfg.model_config.seq_len   # one micro-batch, all ranks
+
+    @property
+    def accum(self) -> int:
+        return self.ctl.accum if self.ctl is not None else self.cfg.accum
+
+    def before_step(self) -> int:
+        """The accumulation of the step about to run; sets the learning rate for it."""
+        k = self.accum
+        if self.ctl is not None:
+            lr = scaled_lr(self.cfg.lr, k, self.cfg.accum_start, rule=self.cfg.accum_lr_rule)
+            for g in self.opt.param_groups:
+                g["lr"] = lr
+        self.ks.append(k)
+        self.lrs.append(float(self.opt.param_groups[0]["lr"]))
+        return k
+
+    def after_step(self, i: int, meter) -> None:
+        """Between steps: feed the controller, evaluate the held-out split, update the weight average."""
+        cfg = self.cfg
+        j = i - self._lag
+        if self.ctl is not None and j >= cfg.warmup_steps:
+            ph = meter.recent(self._lag) or {}
+            times = [ph.get("forward", 0.0) + ph.get("backward", 0.0), ph.get("comm", 0.0)]
+            if self._group is not None:
+                import torch
+                import torch.distributed as dist
+
+                t = torch.tensor(times, dtype=torch.float64)
+                dist.all_reduce(t, group=self._group)
+                times = (t / dist.get_world_size()).tolist()
+            if times[0] > 0:
+                self.ctl.observe(times[0], times[1], self.ks[j])
+        if cfg.swa_start is not None and i >= cfg.swa_start:
+            self._average()
+        if self.val is not None and (i + 1) % cfg.val_every == 0:
+            row = {"step": i, "tokens": self.tokens_seen(), "val_loss": self._evaluate(), "accum": self.ks[i]}
+            if self._swa is not None:
+                row["swa_val_loss"] = self._evaluate(self._swa)
+            if self.guard is not None:
+                k = self.guard.update(row["val_loss"], self.ctl.accum)
+                if k != self.ctl.accum:
+                    self.ctl.force(k)
+                    row["guard_lowered_to"] = k
+            self.val_log.append(row)
+
+    def clip(self, scaler=None) -> None:
+        """Clip the global gradient norm to ``max_grad_norm`` — once per step, after the last micro-batch,
+        after ``scaler.unscale_`` (GradScaler then does not unscale twice); the norm before clipping is kept."""
+        import torch
+
+        if scaler is not None:
+            scaler.unscale_(self.opt)
+        own = getattr(self.model, "clip_grad_norm_", None)          # FSDP1 clips its shards itself
+        norm = (own(self.cfg.max_grad_norm) if own is not None
+                else torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm))
+        self._norms.append(norm.detach() if hasattr(norm, "detach") else torch.tensor(float(norm)))
+
+    def tokens_seen(self) -> int:
+        """Global tokens trained on so far (every rank's micro-batches of every step)."""
+        return sum(self.ks) * self._mb_tokens
+
+    def _module(self):
+        return getattr(getattr(self.model, "_orig_mod", self.model), "module", self.model)
+
+    def _average(self) -> None:
+        import torch
+
+        params = [p.detach() for p in self._module().parameters()]
+        self._swa_n += 1
+        if self._swa is None:
+            self._swa = [p.float().clone() for p in params]
+            return
+        with torch.no_grad():
+            for a, p in zip(self._swa, params, strict=True):
+                a += (p.float() - a) / self._swa_n
+
+    def _evaluate(self, weights=None) -> float:
+        """Mean loss on the held-out windows (eval mode, no gradients); ``weights`` swapped in for it."""
+        import torch
+
+        net = self._module() if weights is not None else self.model
+        params = list(self._module().parameters())
+        saved = [p.detach().clone() for p in params] if weights is not None else None
+        x, y = (t.to(self.device) for t in self.val)
+        was = net.training
+        net.eval()
+        try:
+            with torch.no_grad():
+                if weights is not None:
+                    for p, w in zip(params, weights, strict=True):
+                        p.copy_(w)
+                with self._autocast():
+                    _, loss = net(x, y)
+                return float(loss.float())
+        finally:
+            if saved is not None:
+                with torch.no_grad():
+                    for p, s in zip(params, saved, strict=True):
+                        p.copy_(s)
+            net.train(was)
+
+    def extra(self, meter=None) -> dict:
+        """What the record keeps: each step's accumulation, tokens and time, the controller's log,
+        validations, gradient norms."""
+        out = {}
+        if self._norms:
+            out["grad_norm_per_step"] = [float(v) for v in self._norms[-self.cfg.steps:]]
+        if self.ctl is None and self.val is None:
+            return out
+        if meter is not None:
+            out["step_s_measured"] = meter.step_times            # the steps after warm-up, in order
+        out |= {"accum_per_step": list(self.ks), "tokens_per_step_each": [k * self._mb_tokens for k in self.ks],
+               "lr_per_step": list(self.lrs)}
+        if self.ctl is not None:
+            out["accum_controller"] = {"log": [list(r) for r in self.ctl.log], "window": self.ctl.window,
+                                       "cap": self.ctl.cap, "hysteresis": self.ctl.hysteresis,
+                                       "lr_rule": self.cfg.accum_lr_rule}
+        if self.val_log:
+            out["val_log"] = self.val_log
+        return out
+

@@ -47,6 +47,9 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
 - **the data pipeline** (chapter 22): ``num_workers``, ``prefetch_factor``, ``persistent_workers``,
   ``pin_memory`` (the DataLoader's), ``dataset`` = ``"memmap"`` (the pre-tokenised token file) or
   ``"on_the_fly"`` (tokenised per sample), ``packing`` (False: one padded document per row);
+- **adaptive accumulation** (chapter 25, :mod:`labkit.train.adaptive`): ``accum="adaptive"`` and the ``accum_*``
+  knobs; ``val_every``/``val_sequences``/``val_patience`` (held-out split and guard), ``swa_start``,
+  ``train_sequences``, ``inject_steps=(a, b)`` (an injection on for steps a ≤ i < b), ``max_grad_norm``;
 - **measurement**: ``warmup_steps`` (excluded from timing), ``profile_dir`` (one Chrome trace per
   rank; ``profile_steps`` = how many of the last steps to record), ``peak_flops`` (per device; None →
   :func:`labkit.hardware.resolve_peak`).
@@ -72,6 +75,7 @@ FSDP_WRAP = ("block", "model")                   # FSDP units: one per transform
 PREFETCH_MODES = ("both", "forward", "backward")  # FSDP2 explicit prefetch: which passes
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")   # torch.distributed.pipelining schedules (chapter 24)
 OPTIMIZER_IMPLS = ("auto", "for-loop", "foreach", "fused")   # AdamW implementations (chapter 17)
+LR_RULES = ("sqrt", "linear", "none")             # accum="adaptive": how the lr follows accumulation (chapter 25)
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class TrainConfig:
     model: str = "tiny"
     seq_len: int | None = None          # None → the model size's seq_len
     micro_batch: int = 8                # sequences per rank per micro-batch
-    accum: int = 1                      # micro-batches per optimizer step
+    accum: int | str = 1                # micro-batches per optimizer step, or "adaptive" (chapter 25)
     steps: int = 20                     # optimizer steps, warm-up included
     warmup_steps: int = 3               # excluded from the timing statistics (not from the loss curve)
     dtype: str = "fp32"                 # "fp32" | "bf16" | "fp16" (autocast; fp16/bf16 may be emulated on CPU)
@@ -144,6 +148,20 @@ class TrainConfig:
     pp_schedule: str = "1f1b"           # one of PP_SCHEDULES
     virtual_stages: int = 1             # model chunks per pipeline rank (interleaved1f1b: ≥ 2)
     sequence_parallel: bool = False     # with tp > 1: activations between TP regions split along the sequence
+    # adaptive accumulation and its safeguards (chapter 25, labkit.train.adaptive)
+    accum_start: int = 1                # accum="adaptive": the first steps' accumulation
+    accum_window: int = 10              # steps whose comm/compute ratios are averaged (the source's 10)
+    accum_cap: int = 8                  # the largest accumulation (the source's 8)
+    accum_hysteresis: int = 2           # change only when the wanted value moves by at least this (source: 2)
+    accum_lr_rule: str = "sqrt"         # lr × √(k/start) (AdamW) | "linear" (SGD, Goyal) | "none"
+    inject_steps: tuple | None = None   # (a, b): the injection is on for steps a ≤ i < b only; None = always
+    val_every: int = 0                  # evaluate the held-out split every N steps (0 = never)
+    val_sequences: int = 32             # held-out windows (the corpus' last ones, never trained on)
+    train_sequences: int | None = None  # train on the corpus' first N windows only (a small set to overfit)
+    val_patience: int = 3               # accum="adaptive": lower accumulation after this many rising val losses
+    swa_start: int | None = None        # average the weights from this step on (SWA); needs val_every
+    max_grad_norm: float | None = None  # clip the global gradient norm once per step, after the last
+                                        # micro-batch and after unscaling (None = no clipping)
 
     def __post_init__(self):
         from labkit.model_config import ATTENTIONS, SIZES
@@ -153,8 +171,9 @@ class TrainConfig:
 
         if self.model not in SIZES:
             bad("model", f"choose one of {sorted(SIZES)}")
-        for name in ("micro_batch", "accum", "steps"):
+        for name in ("micro_batch", "steps"):
             checks.count(f"TrainConfig.{name}", getattr(self, name))
+        self._check_adaptive(bad)
         checks.count("TrainConfig.warmup_steps", self.warmup_steps, at_least=0, at_most=self.steps - 1)
         if self.seq_len is not None:
             checks.count("TrainConfig.seq_len", self.seq_len, at_most=SIZES[self.model].seq_len)
@@ -263,6 +282,57 @@ class TrainConfig:
             if getattr(self, name) and self.parallel != "ddp":
                 bad(name, "it is a DistributedDataParallel option: it applies to parallel='ddp' only (FSDP has "
                     "no gradient buckets)")
+
+    def _check_adaptive(self, bad) -> None:
+        """Chapter 25's knobs: ``accum`` an int or "adaptive"; the controller's knobs with "adaptive" only."""
+        if self.accum != "adaptive":
+            checks.count("TrainConfig.accum", self.accum)
+        for name in ("accum_window", "accum_cap", "accum_hysteresis", "val_sequences", "val_patience"):
+            checks.count(f"TrainConfig.{name}", getattr(self, name))
+        checks.count("TrainConfig.accum_start", self.accum_start, at_most=self.accum_cap)
+        checks.one_of("TrainConfig.accum_lr_rule", self.accum_lr_rule, LR_RULES)
+        if self.accum != "adaptive":
+            for name, default in (("accum_start", 1), ("accum_window", 10), ("accum_cap", 8),
+                                  ("accum_hysteresis", 2), ("accum_lr_rule", "sqrt")):
+                if getattr(self, name) != default:
+                    bad(name, "the controller's knobs apply to accum='adaptive' only")
+        elif self.pp != 1:
+            bad("accum", "accum='adaptive' is not offered with pipeline parallelism (pp > 1): the schedule fixes "
+                "its micro-batches when it is built")
+        elif self.inject in ("data", "compute", "memory") or self.memory_budget_mb is not None:
+            bad("inject", "accum='adaptive' runs with inject 'none', 'comm', 'host' or 'straggler' (the data, "
+                "compute and memory injections and a memory budget resize the accumulation themselves)")
+        checks.count("TrainConfig.val_every", self.val_every, at_least=0)
+        if self.train_sequences is not None:
+            checks.count("TrainConfig.train_sequences", self.train_sequences, at_least=self.micro_batch)
+        if self.max_grad_norm is not None:
+            checks.positive("TrainConfig.max_grad_norm", self.max_grad_norm)
+        if self.swa_start is not None:
+            checks.count("TrainConfig.swa_start", self.swa_start, at_least=0, at_most=self.steps - 1)
+            if self.parallel not in ("single", "ddp"):
+                bad("swa_start", "the weight average keeps whole parameters: parallel 'single' or 'ddp'")
+            if not self.val_every:
+                bad("swa_start", "the weight average is only evaluated on the held-out split: set val_every ≥ 1")
+        if self.inject_steps is not None:
+            ok = (isinstance(self.inject_steps, (tuple, list)) and len(self.inject_steps) == 2
+                  and all(isinstance(v, int) and not isinstance(v, bool) for v in self.inject_steps)
+                  and 0 <= self.inject_steps[0] < self.inject_steps[1] <= self.steps)
+            if not ok:
+                bad("inject_steps", f"give (a, b) with 0 ≤ a < b ≤ steps={self.steps} (the injection is on "
+                    "for steps a ≤ i < b), or None")
+            if self.inject not in ("comm", "host", "straggler"):
+                bad("inject_steps", "switching by step applies to inject 'comm', 'host' or 'straggler'")
+            object.__setattr__(self, "inject_steps", tuple(self.inject_steps))
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the controller chooses the accumulation (chapter 25)."""
+        return self.accum == "adaptive"
+
+    @property
+    def first_accum(self) -> int:
+        """The accumulation of the first step: ``accum``, or ``accum_start`` when adaptive (chapter 25)."""
+        return self.accum_start if self.adaptive else self.accum
 
     def _check_precision(self, bad) -> None:
         """fp16 is allowed knowingly: on a CPU without native fp16/bf16 matmuls (no AVX512-FP16/AMX) its

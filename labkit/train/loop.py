@@ -14,6 +14,8 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
     optimizer     AdamW step (scaler.step + update: skipped on overflow), zero_grad — in the implementation
                   cfg.optimizer_impl names (for-loop / foreach / fused, labkit.train.optim, chapter 17)
     (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase
+    (between)     chapter 25 (labkit.train.adaptive.AdaptiveRun): the next step's accumulation and learning
+                  rate, the held-out evaluation, the weight average
 
 With ``pp`` > 1 (chapter 24) the pipeline schedule's ``step`` takes the place of the forward/backward of the
 ``accum`` micro-batches (:func:`labkit.train.pipeline.step`: phases ``data``, ``pipeline``, ``comm``) — the same
@@ -102,8 +104,8 @@ def _scaler(cfg: TrainConfig, device):
     return None
 
 
-def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None, scaler=None):
-    """Accumulate gradients over ``cfg.accum`` micro-batches from ``micro_batches`` (an iterator of
+def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None, scaler=None, accum=None):
+    """Accumulate gradients over ``accum`` (default ``cfg.accum``; chapter 25 varies it) micro-batches from ``micro_batches`` (an iterator of
     (x, y)); returns the summed loss.
 
     Each micro-batch's loss is divided by ``cfg.accum`` so the accumulated gradient equals the gradient
@@ -117,42 +119,56 @@ def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None,
         from labkit.train import pipeline
 
         return pipeline.step(model, micro_batches, cfg, device, phase, _autocast(cfg, device))
+    k = cfg.first_accum if accum is None else accum
     total = torch.zeros((), device=device)
-    for j in range(cfg.accum):
+    for j in range(k):
         with phase("data"):
             x, y = next(micro_batches)
             x = x.to(device, non_blocking=True)
             y = y.to(device, non_blocking=True)
-        with sync_context(model, cfg, last=j == cfg.accum - 1):
+        with sync_context(model, cfg, last=j == k - 1):
             with phase("forward"), _autocast(cfg, device):
                 _, loss = model(x, y)
-                loss = loss / cfg.accum
+                loss = loss / k
             with phase("backward"):
                 (scaler.scale(loss) if scaler is not None else loss).backward()
         total += loss.detach().float()
     return total
 
 
+def _dataset(cfg: TrainConfig):
+    """The run's token windows: the pre-tokenised memmap packed, padded documents, or tokenised on the fly
+    (chapter 22)."""
+    from labkit import data
+
+    seq = cfg.model_config.seq_len
+    if cfg.dataset == "on_the_fly":                        # chapter 22: tokenise in __getitem__
+        return data.OnTheFlyDataset(seq)
+    if cfg.packing:
+        return data.TokenDataset(data.load_tokens(), seq)
+    return data.PaddedDataset(data.load_tokens(), seq, data.tokenizer().token_to_id(data.EOS))  # one doc per row
+
+
 def _batches(cfg: TrainConfig, slowdown_s: float, world_size: int, device):
     """Cycle through the loader forever, reshuffling each epoch (DistributedSampler.set_epoch); the data
-    is sharded over the data-parallel ranks only (tp/pp groups read the same batches)."""
+    is sharded over the data-parallel ranks only (tp/pp groups read the same batches); with ``val_every``
+    the held-out windows are not in it (:func:`labkit.train.adaptive.held_out`)."""
     from labkit import data
+    from labkit.train.adaptive import held_out
     from labkit.train.parallel import data_shard
 
     replicas, index = data_shard(cfg, world_size, world()[1])
-    seq = cfg.model_config.seq_len
-    if cfg.dataset == "on_the_fly":                        # chapter 22: tokenise in __getitem__
-        ds = data.OnTheFlyDataset(seq)
-    elif cfg.packing:
-        ds = data.TokenDataset(data.load_tokens(), seq)
-    else:                                                  # one padded document per row (chapter 22)
-        ds = data.PaddedDataset(data.load_tokens(), seq, data.tokenizer().token_to_id(data.EOS))
+    ds = held_out(cfg, _dataset(cfg))[0]
     persistent = cfg.num_workers > 0 if cfg.persistent_workers is None else cfg.persistent_workers
     pin = device.type == "cuda" if cfg.pin_memory is None else cfg.pin_memory
     loader = data.make_loader(ds, cfg.micro_batch, num_workers=cfg.num_workers, pin_memory=pin,
                               prefetch_factor=cfg.prefetch_factor, persistent_workers=persistent,
                               slowdown_s=slowdown_s, seed=cfg.seed, distributed=replicas > 1,
                               num_replicas=replicas, rank=index)
+    if len(loader) == 0:       # a small training set (chapter 25): every rank needs a whole micro-batch
+        raise ValueError(f"TrainConfig.train_sequences={cfg.train_sequences} gives no micro-batch of "
+                         f"{cfg.micro_batch} on each of {replicas} data-parallel ranks: use at least "
+                         f"{cfg.micro_batch * replicas}")
     epoch = 0
     while True:
         loader.sampler.set_epoch(epoch)
@@ -232,10 +248,17 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     scaler = _scaler(cfg, device)                          # chapter 18: loss scaling and its log
     scale_log, grad_log = [], []
 
-    def step(meter=None, pad=None, last=False, stall=0.0):
-        loss = forward_backward(model, batches, cfg, device, meter, scaler)
+    from labkit.train.adaptive import AdaptiveRun, held_out
+
+    between = AdaptiveRun(cfg, model, opt, device, held_out(cfg, _dataset(cfg))[1], n,       # chapter 25: accum, lr, val, SWA
+                          autocast=lambda: _autocast(cfg, device))
+
+    def step(meter=None, pad=None, last=False, stall=0.0, accum=None):
+        loss = forward_backward(model, batches, cfg, device, meter, scaler, accum)
         if scaler is not None or cfg.dtype == "fp16" or cfg.grad_stats:
             _monitor(model, opt, scaler, scale_log, grad_log, cfg)
+        if cfg.max_grad_norm is not None:     # chapter 25: once, after the last micro-batch, on unscaled grads
+            between.clip(scaler)
         if pad is not None:
             from torch.profiler import record_function
 
@@ -269,11 +292,15 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     meter = report.meter_for(cfg, n, device)
     prof, trace_files = _profiler(cfg, device, rank)
     losses = []
+    a, b = cfg.inject_steps or (0, cfg.steps)           # chapter 25: an injection switched on and off by step
     t0 = time.perf_counter()
     with prof if prof is not None else contextlib.nullcontext():
         for i in range(cfg.steps):
-            with meter.step():
-                losses.append(step(meter, pad, last=i == cfg.steps - 1, stall=stall))
+            k, on = between.before_step(), a <= i < b
+            with meter.step(tokens=meter.tokens_per_step // cfg.first_accum * k):
+                losses.append(step(meter, pad if on else None, last=i == cfg.steps - 1, stall=stall if on else 0.0,
+                                   accum=k))
+            between.after_step(i, meter)
             if prof is not None:
                 prof.step()
     wall = time.perf_counter() - t0
@@ -283,6 +310,7 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
         loss_t /= n // cfg.pp
     record = report.build(meter, cfg, requested, device=device, losses=loss_t.tolist(),
                           wall_s=wall, rank=rank, trace_files=trace_files, facts=facts)
+    record.extra.update(between.extra(meter))
     if probe is not None:
         record.extra["probe"] = probed
     if cfg.tp * cfg.pp > 1:

@@ -30,7 +30,7 @@ def meter_for(cfg, n_devices: int, device):
     peak, source = hardware.resolve_peak(device, cfg.compute_dtype, cfg.peak_flops)
     replicas = n_devices // (cfg.tp * cfg.pp)    # tp/pp ranks share a batch: only data-parallel ranks add tokens
     return Meter(device=device, warmup_steps=cfg.warmup_steps,
-                 tokens_per_step=cfg.micro_batch * cfg.accum * replicas * mcfg.seq_len,
+                 tokens_per_step=cfg.micro_batch * cfg.first_accum * replicas * mcfg.seq_len,
                  flops_per_token=flops.model_flops_per_token(shape),
                  hardware_flops_per_token=flops.hardware_flops_per_token(
                      shape, recompute=cfg.recompute),   # chapter 21: the policy's recomputed FLOPs
