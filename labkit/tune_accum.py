@@ -59,16 +59,12 @@ def ab_micro_batch(cfg, a=(16, 1), b=(4, 4), *, rounds: int = 20, threads: int |
     (``clock="cpu"``: robust to a shared machine; the optimizer step, equal for both, is left out),
     interleaved A B A' (:func:`labkit.ab.ab_compare`); on a GPU in wall seconds between synchronisations.
     ``threads``: torch threads while it runs (CPU). Taught in chapter 15."""
-    import torch
 
-    from labkit.ab import ab_compare
     from labkit.hardware.measure import resolve_device
     from labkit.train.accum import global_batch
     from labkit.train.loop import build_model, forward_backward
 
-    (ma, ka), (mb, kb) = a, b
-    if ma * ka != mb * kb:
-        raise ValueError(f"a={a} and b={b} must hold the same sequences per step (micro_batch × accum)")
+    (ma, ka), (mb, kb) = _same_batch(a, b)
     x, y = global_batch(cfg, ma * ka, seed=seed)
     device = resolve_device(cfg.device)
     x, y = x.to(device), y.to(device)
@@ -83,14 +79,7 @@ def ab_micro_batch(cfg, a=(16, 1), b=(4, 4), *, rounds: int = 20, threads: int |
             model.zero_grad(set_to_none=True)
         return once
 
-    old, gpu = torch.get_num_threads(), device.type == "cuda"
-    torch.set_num_threads(threads or old)
-    try:
-        return ab_compare(arm(ma, ka), arm(mb, kb), rounds=rounds, warmup=2, clock="wall" if gpu else "cpu",
-                          device=device if gpu else None, seed=seed, unit="s",
-                          labels=(f"A: {ma} × accum {ka}", f"B: {mb} × accum {kb}"))
-    finally:
-        torch.set_num_threads(old)
+    return _ab_splits(arm, a, b, device, rounds=rounds, threads=threads, seed=seed, what="")
 
 
 def step_gemm_shapes(model, tokens: int) -> list[tuple[int, int, int]]:
@@ -120,13 +109,10 @@ def ab_gemms(cfg, a=(16, 1), b=(4, 4), *, rounds: int = 20, threads: int | None 
     time that its smaller GEMMs explain. Taught in chapter 15."""
     import torch
 
-    from labkit.ab import ab_compare
     from labkit.hardware.measure import resolve_device
     from labkit.train.loop import build_model
 
-    (ma, ka), (mb, kb) = a, b
-    if ma * ka != mb * kb:
-        raise ValueError(f"a={a} and b={b} must hold the same sequences per step (micro_batch × accum)")
+    (ma, ka), (mb, kb) = _same_batch(a, b)
     device = resolve_device(cfg.device)
     model = build_model(cfg.replace(parallel="single", micro_batch=ma, accum=ka), device)
     seq = model.config.seq_len if cfg.seq_len is None else cfg.seq_len
@@ -142,11 +128,29 @@ def ab_gemms(cfg, a=(16, 1), b=(4, 4), *, rounds: int = 20, threads: int | None 
                     torch.mm(x, w)
         return once
 
+    return _ab_splits(arm, a, b, device, rounds=rounds, threads=threads, seed=seed, what="'s GEMMs")
+
+
+def _same_batch(a, b):
+    (ma, ka), (mb, kb) = a, b
+    if ma * ka != mb * kb:
+        raise ValueError(f"a={a} and b={b} must hold the same sequences per step (micro_batch × accum)")
+    return a, b
+
+
+def _ab_splits(arm, a, b, device, *, rounds, threads, seed, what):
+    """Time ``arm(micro_batch, accum)`` of splits a and b interleaved (:func:`labkit.ab.ab_compare`): CPU seconds
+    on ``threads`` torch threads, or wall seconds between synchronisations on a GPU."""
+    import torch
+
+    from labkit.ab import ab_compare
+
+    (ma, ka), (mb, kb) = a, b
     old, gpu = torch.get_num_threads(), device.type == "cuda"
     torch.set_num_threads(threads or old)
     try:
         return ab_compare(arm(ma, ka), arm(mb, kb), rounds=rounds, warmup=2, clock="wall" if gpu else "cpu",
                           device=device if gpu else None, seed=seed, unit="s",
-                          labels=(f"A's GEMMs: {ma} × accum {ka}", f"B's GEMMs: {mb} × accum {kb}"))
+                          labels=(f"A{what}: {ma} × accum {ka}", f"B{what}: {mb} × accum {kb}"))
     finally:
         torch.set_num_threads(old)
