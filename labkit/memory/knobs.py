@@ -102,32 +102,13 @@ def probe_knobs(cfg, measured_steps: int = 2) -> dict:
     import torch
     import torch.distributed as dist
 
-    from labkit import data
-    from labkit.hardware.measure import resolve_device
     from labkit.memory.sharding import collectives_per_step, params_held
     from labkit.memory.tensors import measure_model_state
     from labkit.models import GPT
-    from labkit.train.loop import build_model, forward_backward
+    from labkit.train.loop import forward_backward
 
-    if cfg.parallel != "fsdp":
-        raise ValueError(f"cfg.parallel={cfg.parallel!r}: the knob probe measures FSDP2 (parallel='fsdp')")
+    model, opt, it, device = fsdp_probe_start(cfg, "knob")
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = resolve_device(cfg.device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-    model = build_model(cfg, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    ds = data.TokenDataset(data.load_tokens(), cfg.model_config.seq_len)
-
-    def batches():
-        while True:
-            yield from data.make_loader(ds, cfg.micro_batch, seed=cfg.seed, distributed=True)
-
-    it = batches()
-    forward_backward(model, it, cfg, device)        # warm-up: lazy init, first all-gathers
-    opt.step()
-    opt.zero_grad(set_to_none=True)
     inner = getattr(model, "_orig_mod", model)
     peak, after, lead = [0], [], []
     counter = CollectiveCounter()
@@ -219,3 +200,35 @@ def knob_table(rows) -> pd.DataFrame:
                     "params peak fwd MB": m["peak_forward"] / mb, "predicted peak MB": p["peak_forward"] / mb,
                     "model states MB": m["model_states"]["model_states"] / mb, "loss": m["loss"]})
     return pd.DataFrame(out)
+
+
+def fsdp_probe_start(cfg, what: str):
+    """What every FSDP2 probe of one rank starts with: the trainer's model on this rank's device, AdamW, an
+    endless distributed loader, and one warm-up step (lazy init, the first all-gathers). Returns (model,
+    optimizer, batches, device). Runs inside an initialised group. Taught in chapters 20 and 21."""
+    import torch
+    import torch.distributed as dist
+
+    from labkit import data
+    from labkit.hardware.measure import resolve_device
+    from labkit.train.loop import build_model, forward_backward
+
+    if cfg.parallel != "fsdp":
+        raise ValueError(f"cfg.parallel={cfg.parallel!r}: the {what} probe measures FSDP2 (parallel='fsdp')")
+    device = resolve_device(cfg.device)
+    if device.type == "cuda" and device.index is None:      # one GPU per rank
+        device = torch.device("cuda", dist.get_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    model = build_model(cfg, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    ds = data.TokenDataset(data.load_tokens(), cfg.model_config.seq_len)
+
+    def batches():
+        while True:
+            yield from data.make_loader(ds, cfg.micro_batch, seed=cfg.seed, distributed=True)
+
+    it = batches()
+    forward_backward(model, it, cfg, device)        # warm-up
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return model, opt, it, device

@@ -121,29 +121,11 @@ def probe_offload(cfg, measured_steps: int = 1) -> dict:
     import torch.distributed as dist
     from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
 
-    from labkit import data
-    from labkit.hardware.measure import resolve_device
+    from labkit.memory.knobs import fsdp_probe_start
     from labkit.memory.tensors import measure_model_state
-    from labkit.train.loop import build_model, forward_backward
+    from labkit.train.loop import forward_backward
 
-    if cfg.parallel != "fsdp":
-        raise ValueError(f"cfg.parallel={cfg.parallel!r}: the offload probe measures FSDP2 (parallel='fsdp')")
-    device = resolve_device(cfg.device)
-    if device.type == "cuda" and device.index is None:      # one GPU per rank
-        device = torch.device("cuda", dist.get_rank() % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-    model = build_model(cfg, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    ds = data.TokenDataset(data.load_tokens(), cfg.model_config.seq_len)
-
-    def batches():
-        while True:
-            yield from data.make_loader(ds, cfg.micro_batch, seed=cfg.seed, distributed=True)
-
-    it = batches()
-    forward_backward(model, it, cfg, device)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    model, opt, it, device = fsdp_probe_start(cfg, "offload")
     fetched = {"shards": 0, "bytes": 0, "offloaded": 0}
     real = FSDPParam.all_gather_inputs
 
