@@ -110,3 +110,16 @@ def test_mfu_family_device_name_when_all_parts_agree(capsys):
 def test_mfu_bad_inputs_exit_2_with_a_message(argv, match, capsys):
     assert main(["mfu", *argv]) == 2
     assert match in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["run", "--accum", "x"], "'x' is not valid: give a number of micro-batches"),
+    (["run", "--accum", "2", "--accum-cap", "4"], "--accum-cap 4 needs --accum adaptive"),
+])
+def test_run_accum_adaptive_flags_are_checked_before_ranks_launch(argv, match, capsys):
+    """`labkit run --accum adaptive` (chapter 25): a bad value or a cap without the controller is one line, exit 2."""
+    try:
+        code = main(argv)                      # a refused config: main returns 2
+    except SystemExit as e:                    # an argparse type error: argparse exits 2
+        code = e.code
+    assert code == 2 and match in capsys.readouterr().err

@@ -9,7 +9,19 @@ Taught in chapter 4 (MFU of a real run) and chapter 14 (the baseline record).
 """
 from __future__ import annotations
 
+import argparse
 import os
+
+
+def _accum(text: str):
+    """--accum: a count of micro-batches, or "adaptive" (chapter 25)."""
+    if text == "adaptive":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid: give a number of micro-batches (≥ 1) or 'adaptive'") \
+            from None
 
 
 def register(subparsers) -> None:
@@ -29,8 +41,11 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup-steps", type=int, default=3)
     p.add_argument("--micro-batch", type=int, default=8)
-    p.add_argument("--accum", type=int, default=None,
-                   help="micro-batches per step (default 1; with --pp: pp, the pipeline's micro-batches)")
+    p.add_argument("--accum", type=_accum, default=None,
+                   help="micro-batches per step, or 'adaptive' (the chapter-25 controller: follows the measured "
+                        "comm/compute ratio, capped by --accum-cap) (default 1; with --pp: pp, the pipeline's "
+                        "micro-batches)")
+    p.add_argument("--accum-cap", type=int, default=8, help="with --accum adaptive: the largest accumulation")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (chapter 24)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (chapter 24)")
     p.add_argument("--pp-schedule", default="1f1b", choices=PP_SCHEDULES)
@@ -83,6 +98,9 @@ def handle(args) -> int:
         raise ValueError(f"--nprocs {nprocs} is not valid; use ≥ 1")
     parallel = args.parallel or ("ddp" if nprocs > model_par else "single")
     accum = args.accum if args.accum is not None else (args.pp if args.pp > 1 else 1)
+    if accum != "adaptive" and args.accum_cap != 8:
+        raise ValueError(f"--accum-cap {args.accum_cap} needs --accum adaptive (with a fixed --accum {accum} there is "
+                         "nothing to cap)")
     layout = f" tp{args.tp} pp{args.pp}" if model_par > 1 else ""
     cfg = TrainConfig(model=args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, accum=accum,
                       tp=args.tp, pp=args.pp, pp_schedule=args.pp_schedule, virtual_stages=args.virtual_stages,
@@ -92,7 +110,8 @@ def handle(args) -> int:
                       num_workers=args.num_workers, profile_dir=args.profile_dir, peak_flops=args.peak_flops,
                       seed=args.seed, label=f"labkit run {args.model} {parallel}×{nprocs}{layout}",
                       no_sync=not args.sync_every_micro_batch, reshard_after_backward=not args.keep_gathered,
-                      optimizer_impl=args.optimizer_impl, cuda_graphs=args.cuda_graphs)
+                      optimizer_impl=args.optimizer_impl, cuda_graphs=args.cuda_graphs,
+                      **({"accum_cap": args.accum_cap} if accum == "adaptive" else {}))
     if cfg.cuda_graphs:            # refuse before launching ranks (chapter 17)
         from labkit.hardware.measure import resolve_device
         from labkit.train.graphs import require_cuda
