@@ -62,20 +62,18 @@ import dataclasses
 from dataclasses import dataclass
 
 from labkit import checks
+from labkit.train import config_checks
+from labkit.train.config_checks import DATASETS, LR_RULES, OPTIMIZER_IMPLS, PP_SCHEDULES  # noqa: F401
 
 PARALLEL = ("single", "ddp", "fsdp", "fsdp1")
 DTYPES = ("fp32", "bf16", "fp16")
 COMM_HOOKS = (None, "fp16", "bf16", "powersgd")                            # DDP communication hooks
 LOSS_SCALES = ("auto", "dynamic", "off")                                  # or a number: a static scale
-DATASETS = ("memmap", "on_the_fly")                                        # chapter 22
 INJECTIONS = ("none", "data", "compute", "comm", "memory", "host", "straggler")
 SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSDP1
 BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
 FSDP_WRAP = ("block", "model")                   # FSDP units: one per transformer block + root, or the root only
 PREFETCH_MODES = ("both", "forward", "backward")  # FSDP2 explicit prefetch: which passes
-PP_SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")   # torch.distributed.pipelining schedules (chapter 24)
-OPTIMIZER_IMPLS = ("auto", "for-loop", "foreach", "fused")   # AdamW implementations (chapter 17)
-LR_RULES = ("sqrt", "linear", "none")             # accum="adaptive": how the lr follows accumulation (chapter 25)
 
 
 @dataclass(frozen=True)
@@ -173,7 +171,7 @@ class TrainConfig:
             bad("model", f"choose one of {sorted(SIZES)}")
         for name in ("micro_batch", "steps"):
             checks.count(f"TrainConfig.{name}", getattr(self, name))
-        self._check_adaptive(bad)
+        config_checks.check_adaptive(self, bad)
         checks.count("TrainConfig.warmup_steps", self.warmup_steps, at_least=0, at_most=self.steps - 1)
         if self.seq_len is not None:
             checks.count("TrainConfig.seq_len", self.seq_len, at_most=SIZES[self.model].seq_len)
@@ -204,11 +202,11 @@ class TrainConfig:
         for name in ("limit_all_gathers", "forward_prefetch", "compile", "cpu_offload"):
             checks.flag(f"TrainConfig.{name}", getattr(self, name))
         self._check_fsdp2_knobs(bad)
-        self._check_fusion(bad)
+        config_checks.check_fusion(self, bad)
         checks.count("TrainConfig.prefetch", self.prefetch, at_least=0)
         checks.count("TrainConfig.num_workers", self.num_workers, at_least=0)
         self._check_ddp_knobs(bad)
-        self._check_data(bad)
+        config_checks.check_data(self, bad)
         checks.positive("TrainConfig.lr", self.lr)
         checks.nonneg("TrainConfig.data_slowdown_s", self.data_slowdown_s)
         checks.nonneg("TrainConfig.comm_pad_mb", self.comm_pad_mb)
@@ -227,50 +225,7 @@ class TrainConfig:
             checks.flag(f"TrainConfig.{name}", getattr(self, name))
         if not self.reshard_after_backward and self.parallel != "fsdp":
             bad("reshard_after_backward", "False applies to parallel='fsdp' (FSDP2 set_reshard_after_backward) only")
-        self._check_model_parallel(bad)
-
-    def _check_model_parallel(self, bad) -> None:
-        """Chapter 24's knobs (tp · pp · dp = the world size is checked where the world is known:
-        labkit.train.parallel.mesh_shape)."""
-        for name in ("tp", "pp", "virtual_stages"):
-            checks.count(f"TrainConfig.{name}", getattr(self, name))
-        checks.flag("TrainConfig.sequence_parallel", self.sequence_parallel)
-        if self.pp_schedule not in PP_SCHEDULES:
-            bad("pp_schedule", f"choose one of {PP_SCHEDULES}")
-        m = self.model_config
-        if self.tp > 1 and (m.n_heads % self.tp or m.ff % self.tp):
-            bad("tp", f"n_heads={m.n_heads} and d_ff={m.ff} of model {self.model!r} must both be divisible by tp "
-                "(each rank holds whole heads and an equal slice of the MLP)")
-        if self.sequence_parallel and self.tp == 1:
-            bad("sequence_parallel", "sequence parallelism splits the activations of tensor-parallel ranks: it needs tp ≥ 2")
-        if self.sequence_parallel and self.pp > 1:
-            bad("sequence_parallel", "sequence parallelism with pp > 1 is not supported here: use tp alone")
-        if self.sequence_parallel and m.seq_len % self.tp:
-            bad("sequence_parallel", f"seq_len={m.seq_len} must be divisible by tp={self.tp}")
-        v = self.virtual_stages
-        if self.pp_schedule == "interleaved1f1b" and self.pp > 1 and v < 2:
-            bad("virtual_stages", "pp_schedule='interleaved1f1b' needs virtual_stages ≥ 2 (with 1 it is 1F1B)")
-        if v > 1 and (self.pp == 1 or self.pp_schedule != "interleaved1f1b"):
-            bad("virtual_stages", "virtual stages need pp ≥ 2 and pp_schedule='interleaved1f1b'")
-        if self.pp * v > m.n_layers:
-            bad("pp", f"pp={self.pp} × virtual_stages={v} stages need at least as many blocks; model {self.model!r} "
-                f"has n_layers={m.n_layers}")
-        if self.pp > 1 and self.pp_schedule != "gpipe" and self.accum < self.pp:
-            bad("accum", f"{self.pp_schedule} needs at least pp={self.pp} micro-batches (accum ≥ pp), else stages idle "
-                "for the whole step")
-        if self.pp > 1 and self.pp_schedule == "interleaved1f1b" and self.accum % max(1, self.accum // self.pp):
-            bad("accum", f"interleaved1f1b runs rounds of accum // pp micro-batches: accum={self.accum} must be a "
-                f"multiple of {self.accum // self.pp} (e.g. a multiple of pp={self.pp})")
-        if self.tp * self.pp > 1:
-            rules = {"compile": self.compile, "cpu_offload": self.cpu_offload, "grad_stats": self.grad_stats,
-                     "comm_hook": self.comm_hook is not None, "inject": self.inject != "none",
-                     "parallel": self.parallel == "fsdp1"}
-            for name, used in rules.items():
-                if used:
-                    bad(name, f"not supported with tp={self.tp}, pp={self.pp} in labkit (tensor/pipeline parallelism "
-                        "composes with parallel='single', 'ddp' or 'fsdp', eager, without injections)")
-            if self.scaling != "off":
-                bad("loss_scale", "loss scaling is not supported with tp/pp > 1 here: use fp32 or bf16")
+        config_checks.check_model_parallel(self, bad)
 
     def _check_ddp_knobs(self, bad) -> None:
         """Chapter 19's DDP knobs: ``bucket_cap_mb`` (None = torch's default, 25 MiB with a 1 MiB first
@@ -282,47 +237,6 @@ class TrainConfig:
             if getattr(self, name) and self.parallel != "ddp":
                 bad(name, "it is a DistributedDataParallel option: it applies to parallel='ddp' only (FSDP has "
                     "no gradient buckets)")
-
-    def _check_adaptive(self, bad) -> None:
-        """Chapter 25's knobs: ``accum`` an int or "adaptive"; the controller's knobs with "adaptive" only."""
-        if self.accum != "adaptive":
-            checks.count("TrainConfig.accum", self.accum)
-        for name in ("accum_window", "accum_cap", "accum_hysteresis", "val_sequences", "val_patience"):
-            checks.count(f"TrainConfig.{name}", getattr(self, name))
-        checks.count("TrainConfig.accum_start", self.accum_start, at_most=self.accum_cap)
-        checks.one_of("TrainConfig.accum_lr_rule", self.accum_lr_rule, LR_RULES)
-        if self.accum != "adaptive":
-            for name, default in (("accum_start", 1), ("accum_window", 10), ("accum_cap", 8),
-                                  ("accum_hysteresis", 2), ("accum_lr_rule", "sqrt")):
-                if getattr(self, name) != default:
-                    bad(name, "the controller's knobs apply to accum='adaptive' only")
-        elif self.pp != 1:
-            bad("accum", "accum='adaptive' is not offered with pipeline parallelism (pp > 1): the schedule fixes "
-                "its micro-batches when it is built")
-        elif self.inject in ("data", "compute", "memory") or self.memory_budget_mb is not None:
-            bad("inject", "accum='adaptive' runs with inject 'none', 'comm', 'host' or 'straggler' (the data, "
-                "compute and memory injections and a memory budget resize the accumulation themselves)")
-        checks.count("TrainConfig.val_every", self.val_every, at_least=0)
-        if self.train_sequences is not None:
-            checks.count("TrainConfig.train_sequences", self.train_sequences, at_least=self.micro_batch)
-        if self.max_grad_norm is not None:
-            checks.positive("TrainConfig.max_grad_norm", self.max_grad_norm)
-        if self.swa_start is not None:
-            checks.count("TrainConfig.swa_start", self.swa_start, at_least=0, at_most=self.steps - 1)
-            if self.parallel not in ("single", "ddp"):
-                bad("swa_start", "the weight average keeps whole parameters: parallel 'single' or 'ddp'")
-            if not self.val_every:
-                bad("swa_start", "the weight average is only evaluated on the held-out split: set val_every ≥ 1")
-        if self.inject_steps is not None:
-            ok = (isinstance(self.inject_steps, (tuple, list)) and len(self.inject_steps) == 2
-                  and all(isinstance(v, int) and not isinstance(v, bool) for v in self.inject_steps)
-                  and 0 <= self.inject_steps[0] < self.inject_steps[1] <= self.steps)
-            if not ok:
-                bad("inject_steps", f"give (a, b) with 0 ≤ a < b ≤ steps={self.steps} (the injection is on "
-                    "for steps a ≤ i < b), or None")
-            if self.inject not in ("comm", "host", "straggler"):
-                bad("inject_steps", "switching by step applies to inject 'comm', 'host' or 'straggler'")
-            object.__setattr__(self, "inject_steps", tuple(self.inject_steps))
 
     @property
     def adaptive(self) -> bool:
@@ -350,46 +264,6 @@ class TrainConfig:
         if self.scaling != "off" and self.parallel in ("fsdp", "fsdp1"):
             bad("loss_scale", "loss scaling under FSDP needs a sharded scaler, which labkit does not offer: use "
                 "dtype='fp32' with mp_policy='bf16' (bf16 needs no loss scaling), or parallel='ddp'")
-
-    def _check_data(self, bad) -> None:
-        """Chapter 22's loader options: the worker-only knobs need workers; padding needs document ends."""
-        if self.prefetch_factor is not None:
-            checks.count("TrainConfig.prefetch_factor", self.prefetch_factor)
-            if self.num_workers == 0:
-                bad("prefetch_factor", "it counts batches per worker: it needs num_workers > 0 (or None)")
-        for name in ("persistent_workers", "pin_memory"):
-            if getattr(self, name) is not None:
-                checks.flag(f"TrainConfig.{name}", getattr(self, name))
-        if self.persistent_workers and self.num_workers == 0:
-            bad("persistent_workers", "True keeps worker processes alive: it needs num_workers > 0 (or None)")
-        if self.dataset not in DATASETS:
-            bad("dataset", f"choose one of {DATASETS}")
-        checks.flag("TrainConfig.packing", self.packing)
-        if not self.packing and self.dataset != "memmap":
-            bad("packing", "packing=False pads one document per row from the token file: it needs dataset='memmap'")
-
-    def _check_fusion(self, bad) -> None:
-        """Chapter 17's options: the AdamW implementation and CUDA graphs (whose capture needs static shapes,
-        one device and no recomputation inside the graph; the device itself is checked when the run starts)."""
-        if self.optimizer_impl not in OPTIMIZER_IMPLS:
-            bad("optimizer_impl", f"choose one of {OPTIMIZER_IMPLS}")
-        checks.flag("TrainConfig.cuda_graphs", self.cuda_graphs)
-        if not self.cuda_graphs:
-            return
-        if self.tp * self.pp > 1:
-            bad("cuda_graphs", f"CUDA graphs apply to one device's whole model here, not to tp={self.tp} × "
-                f"pp={self.pp} shards; use tp=pp=1")
-        if self.parallel != "single":
-            bad("cuda_graphs", "CUDA graphs apply to parallel='single' only here (graphing under DDP/FSDP needs "
-                "their collectives captured too)")
-        if self.compile:
-            bad("cuda_graphs", "choose one: compile=True with CUDA graphs is torch.compile(mode='reduce-overhead'), "
-                "which labkit does not configure; use cuda_graphs=True alone or compile=True alone")
-        if self.checkpoint or self.inject == "memory":
-            bad("cuda_graphs", "activation checkpointing (checkpoint=True, inject='memory') re-runs forward inside "
-                "backward, which a captured graph does not allow here")
-        if self.device == "cpu":
-            bad("cuda_graphs", "CUDA graphs need a CUDA device; device='cpu' has none")
 
     @property
     def scaling(self) -> str:
