@@ -160,6 +160,34 @@ def broken_links(page, base: str, index: str) -> list[str]:
     return bad
 
 
+def run_notebook(page, base: str, index: str, nb: str, shots: Path, summary: dict, timeout: float) -> None:
+    """Open notebook ``nb`` (a repository path), Run All Cells as a learner would, and record the time, every error
+    and stderr output, with a screenshot of each error and of the notebook's end."""
+    rel = nb[len("chapters/"):] if index == "index.ipynb" and nb.startswith("chapters/") else nb
+    out = shots / Path(nb).stem
+    out.mkdir(parents=True, exist_ok=True)
+    page.goto(f"{base}/lab/tree/{urllib.parse.quote(rel)}")
+    page.wait_for_selector(f"{jlab.VISIBLE} .jp-Cell", timeout=60_000)
+    jlab.wait_kernel_idle(page, 90)
+    time.sleep(4)                                   # the kernel connects; the menu's commands enable
+    took = jlab.run_all(page, timeout, clear_first=True)
+    prompts = page.locator(f"{jlab.VISIBLE} .jp-CodeCell .jp-InputPrompt")
+    ran = sum(1 for i in range(prompts.count()) if re.search(r"\[\d+\]", prompts.nth(i).inner_text() or ""))
+    panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+    errors = panel.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']")
+    found = [errors.nth(i).inner_text()[-1500:] for i in range(errors.count())]
+    for i in range(errors.count()):
+        errors.nth(i).scroll_into_view_if_needed()
+        errors.nth(i).screenshot(path=str(out / f"error_{i}.png"))
+    last = panel.locator(".jp-CodeCell").last
+    last.scroll_into_view_if_needed()
+    last.screenshot(path=str(out / "last_cell.png"))
+    summary.setdefault("ran", {})[nb] = {"run_all_s": round(took, 1), "errors": found, "cells_run": ran,
+                                         "code_cells": prompts.count(),
+                                         "last_output": last.locator(".jp-OutputArea").text_content()[-600:]}
+    log(f"{nb}: Run All in {took:.1f} s, {ran} of {prompts.count()} code cells ran, {len(found)} error(s)")
+
+
 def shoot_notebook(page, base: str, index: str, nb: str, shots: Path, summary: dict) -> None:
     """Open notebook ``nb`` (a repository path) as stored and screenshot every cell, top to bottom."""
     rel = nb[len("chapters/"):] if index == "index.ipynb" and nb.startswith("chapters/") else nb
@@ -181,7 +209,7 @@ def shoot_notebook(page, base: str, index: str, nb: str, shots: Path, summary: d
 
 
 def browse(port: int, shots: Path, chromium: str | None, run_timeout: float, summary: dict,
-           opens: list[str] | None = None) -> None:
+           opens: list[str] | None = None, runs: list[str] | None = None) -> None:
     from playwright.sync_api import sync_playwright
 
     base = f"http://127.0.0.1:{port}"
@@ -224,6 +252,10 @@ def browse(port: int, shots: Path, chromium: str | None, run_timeout: float, sum
             if opens:
                 for nb in opens:
                     shoot_notebook(page, base, index, nb, shots, summary)
+                return
+            if runs:
+                for nb in runs:
+                    run_notebook(page, base, index, nb, shots, summary, run_timeout)
                 return
             link = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) a[href*='ch04_mfu_hfu.ipynb']").first
             summary["index_links_to_ch04"] = page.locator("a[href*='ch04_mfu_hfu.ipynb']").count()
@@ -283,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--open", action="append", default=[], metavar="NB",
                     help="open this notebook (repository path) as stored and screenshot every cell (repeatable); "
                          "skips chapter 4's Run All")
+    ap.add_argument("--run", action="append", default=[], metavar="NB",
+                    help="open this notebook (repository path) and Run All Cells as a learner would (repeatable); "
+                         "skips chapter 4's Run All")
     ap.add_argument("--no-bootstrap", action="store_true", help="use the clone's .venv as it is")
     ap.add_argument("--venv", type=Path, default=None,
                     help="with --no-bootstrap: link the clone's .venv to this existing one (nothing is installed)")
@@ -326,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         (state / "config" / "labconfig" / "page_config.json").write_text(
             json.dumps({"disabledExtensions": {"@jupyter-widgets/jupyterlab-manager": True}}))
         env["JUPYTER_CONFIG_DIR"] = str(state / "config")
-    if args.open:   # render every cell (no windowing), so each can be shot in turn
+    if args.open or args.run:   # render every cell (no windowing), so each can be shot (and its errors found)
         tracker = state / "settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
         tracker.parent.mkdir(parents=True)
         tracker.write_text(json.dumps({"windowingMode": "none"}))
@@ -346,8 +381,10 @@ def main(argv: list[str] | None = None) -> int:
         wait_http(f"http://127.0.0.1:{port}/api/status", server, 120)
         summary["server_start_s"] = round(time.perf_counter() - t0, 1)
         log(f"JupyterLab on 127.0.0.1:{port} in {summary['server_start_s']} s")
-        browse(port, args.shots, args.chromium, args.run_timeout, summary, args.open)
-        if args.open:
+        browse(port, args.shots, args.chromium, args.run_timeout, summary, args.open, args.run)
+        if args.run and not args.open:
+            ok = len(summary.get("ran", {})) == len(args.run) and not any(v["errors"] for v in summary["ran"].values())
+        elif args.open:
             ok = len(summary.get("opened", {})) == len(args.open) and not any(
                 v["errors"] for v in summary["opened"].values())
         else:
