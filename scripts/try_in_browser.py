@@ -174,7 +174,8 @@ def run_notebook(page, base: str, index: str, nb: str, shots: Path, summary: dic
     prompts = page.locator(f"{jlab.VISIBLE} .jp-CodeCell .jp-InputPrompt")
     ran = sum(1 for i in range(prompts.count()) if re.search(r"\[\d+\]", prompts.nth(i).inner_text() or ""))
     panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
-    errors = panel.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']")
+    # an error output, whatever its mime attribute says in this JupyterLab: its text has the traceback header
+    errors = panel.locator(".jp-OutputArea-output").filter(has_text=re.compile(r"Traceback \(most recent call last\)"))
     found = [errors.nth(i).inner_text()[-1500:] for i in range(errors.count())]
     for i in range(errors.count()):
         errors.nth(i).scroll_into_view_if_needed()

@@ -276,3 +276,16 @@ def test_cpu_limit_is_watched_from_outside_so_cpu_clocks_stay_precise():
     assert why == "cpu limit" and rc is not None and time.monotonic() - t0 < 60
     quick = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
     assert wait_within(quick, timeout=60, cpu_s=1) == (0, None)
+
+
+def test_every_labs_last_cell_says_what_is_left_to_do():
+    """An untouched lab's Run All ends in one line that says what to do (issue #27), never a bare traceback
+    from a None answer: the last code cell of every ready lab starts with a ``grading.expect`` guard."""
+    from labkit import course
+    for e in course.notebooks(ready_only=True):
+        if e.kind != "lab":
+            continue
+        last = [c for c in nbformat.read(Path(__file__).resolve().parent.parent / e.path, as_version=4).cells
+                if c.cell_type == "code"][-1]
+        body = [ln for ln in last.source.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        assert body and body[0].startswith("grading.expect(") and "is not done" in last.source, e.id
