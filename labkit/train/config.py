@@ -235,7 +235,7 @@ class TrainConfig:
         if not self.reshard_after_backward and self.parallel != "fsdp":
             bad("reshard_after_backward", "False applies to parallel='fsdp' (FSDP2 set_reshard_after_backward) only")
         self._check_model_parallel(bad)
-        from labkit.train.checkpoint import validate
+        from labkit.train.fault_options import validate
 
         validate(self, bad)
 
