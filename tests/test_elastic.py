@@ -52,8 +52,9 @@ def _finish(procs, timeout=150) -> list:
 
 @pytest.mark.slow
 def test_elastic_restart_resumes_from_the_last_checkpoint(tmp_path):
-    """torchrun --max-restarts=1: rank 1 dies at the start of step 3 (os._exit, first attempt only); the
-    agent restarts both workers, which resume from step 2 and complete all 6 steps; 1 step is lost."""
+    """torchrun --max-restarts=1: rank 1 dies at the start of step 3 (os._exit, first time only); the agent
+    restarts both workers, which resume from step 2 and complete all 6 steps; 1 step is lost. (The restarted
+    ranks meet under a per-attempt store prefix: labkit.launcher.worker, pytorch/pytorch#167288.)"""
     ck, out = tmp_path / "ck", tmp_path / "rec.json"
     argv = ["--standalone", "--nnodes=1", "--nproc-per-node=2", "--max-restarts=1", *RUN, "--steps", "6",
             "--checkpoint-every", "2", "--checkpoint-dir", str(ck), "--resume-from", "latest",

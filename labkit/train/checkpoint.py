@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 
 from labkit.train.fault_options import MODES, validate  # noqa: F401  (re-exported)
@@ -120,7 +121,9 @@ def load_snapshot(path, cfg) -> dict:
     opt.zero_grad(set_to_none=True)
     msd, osd = get_state_dict(model, opt)
     state = {"model": msd, "optim": osd, "step": torch.tensor(0)}
-    dcp.load(state, checkpoint_id=str(path), no_dist=True)
+    with warnings.catch_warnings():          # DCP warns that it loads "in a single process": that is the point
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, checkpoint_id=str(path), no_dist=True)
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     out = snapshot(model, opt)
     out["step"] = int(state["step"])
