@@ -76,6 +76,8 @@ REQUIRED_WARNINGS = [
      "https://arxiv.org/abs/2205.05198"),
     (P3 + "ch21_checkpointing_offload.ipynb", "Offloading the optimizer does not move the optimizer state every step",
      "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"),
+    ("chapters/part4_case_review/ch27_multinode_elastic.ipynb", "is cluster scheduling, not a slow step",
+     "https://slurm.schedmd.com/overview.html"),
 ]
 
 

@@ -70,9 +70,19 @@ def register(subparsers) -> None:
     p.add_argument("--profile-dir", default=None, help="write torch.profiler chrome traces here")
     p.add_argument("--peak-flops", type=float, default=None, help="per-device peak FLOP/s (default: resolved)")
     p.add_argument("--seed", type=int, default=0)
+    ck = p.add_argument_group("fault tolerance (chapter 27)")
+    ck.add_argument("--checkpoint-every", type=int, default=0, help="save model + optimizer + step every N steps")
+    ck.add_argument("--checkpoint-dir", default=None, help="where checkpoints, progress and fault markers go")
+    ck.add_argument("--checkpoint-mode", default="sync", choices=("sync", "async"),
+                    help="sync: dcp.save blocks the loop; async: dcp.async_save (stage, write in background)")
+    ck.add_argument("--resume-from", default=None, help="a checkpoint directory, or 'latest' under --checkpoint-dir")
+    ck.add_argument("--fail-at-step", type=int, default=None,
+                    help="inject a failure: --fail-rank exits at the start of this step, once (marker file)")
+    ck.add_argument("--fail-rank", type=int, default=0)
     p.add_argument("--timeout", type=float, default=600, help="seconds before the ranks are stopped")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
-    p.add_argument("--save", default=None, help="also save the record (JSON) to this path")
+    p.add_argument("--save", default=None, help="also save the record (JSON) to this path; under torchrun a "
+                   "path with {rank} saves every rank's record")
     p.set_defaults(func=handle)
 
 
@@ -111,6 +121,9 @@ def handle(args) -> int:
                       seed=args.seed, label=f"labkit run {args.model} {parallel}×{nprocs}{layout}",
                       no_sync=not args.sync_every_micro_batch, reshard_after_backward=not args.keep_gathered,
                       optimizer_impl=args.optimizer_impl, cuda_graphs=args.cuda_graphs,
+                      checkpoint_every=args.checkpoint_every, checkpoint_dir=args.checkpoint_dir,
+                      checkpoint_mode=args.checkpoint_mode, resume_from=args.resume_from,
+                      fail_at_step=args.fail_at_step, fail_rank=args.fail_rank,
                       **({"accum_cap": args.accum_cap} if accum == "adaptive" else {}))
     if cfg.cuda_graphs:            # refuse before launching ranks (chapter 17)
         from labkit.hardware.measure import resolve_device
@@ -122,12 +135,14 @@ def handle(args) -> int:
         from labkit.launcher import shutdown_distributed
 
         shutdown_distributed()
+        if args.save and "{rank}" in args.save:       # every rank's own record (chapter 27: two "nodes")
+            record.save(args.save.format(rank=os.environ.get("RANK", "0")))
         if int(os.environ.get("RANK", "0")) != 0:
             return 0
     else:
         record = run(cfg, nprocs, timeout_s=args.timeout)
-    if args.save:
-        record.save(args.save)
+    if args.save and not (under_torchrun and "{rank}" in args.save):
+        record.save(args.save.replace("{rank}", "0"))
     if args.json:
         print(record.to_json())
         return 0
@@ -140,6 +155,10 @@ def handle(args) -> int:
         extra = (f"; {lay['pp_schedule']}, {lay['micro_batches']} micro-batches, bubble model (p−1)/(v·m) = "
                  f"{lay['bubble_predicted']:.3f}" if "pp_schedule" in lay else "")
         print(f"layout: mesh {mesh} (dp strategy {lay['dp_strategy']}){extra}")
+    ck = record.extra.get("checkpoint")
+    if ck:
+        print(f"checkpoints: {ck['n_saves']} {ck['mode']} saves, median stall {(ck['stall_s_median'] or 0) * 1e3:.0f} ms"
+              f"; resumed from {ck['resumed_from']}, steps lost {ck['steps_lost']}")
     print(f"loss {record.loss[0]:.3f} → {record.loss[-1]:.3f} over {len(record.loss)} steps; "
           f"peak source: {record.peak_source}; memory: {record.extra.get('peak_memory_kind')}")
     return 0

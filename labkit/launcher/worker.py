@@ -77,8 +77,28 @@ def init_distributed(backend: str | None = None, timeout_s: float | None = None)
     if not dist.is_initialized():
         t = float(timeout_s or os.environ.get("LABKIT_TIMEOUT_S") or 1800)
         kw = {"device_id": device} if backend == "nccl" else {}
-        dist.init_process_group(backend, init_method="env://", timeout=_dt.timedelta(seconds=t), **kw)
+        store = _attempt_store(_dt.timedelta(seconds=t))
+        if store is not None:
+            kw.update(store=store, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+        else:
+            kw["init_method"] = "env://"
+        dist.init_process_group(backend, timeout=_dt.timedelta(seconds=t), **kw)
     return device
+
+
+def _attempt_store(timeout):
+    """Under a torchrun agent's store: a client of it with keys prefixed by the restart attempt, else None.
+
+    torch 2.13 reuses the agent's TCPStore across elastic restarts without a per-attempt prefix, so a
+    restarted worker can read the previous attempt's gloo addresses and fail with "Connection refused"
+    (pytorch/pytorch#167288; seen here on 2 of 3 restarts on a loaded machine). Chapter 27."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or "MASTER_ADDR" not in os.environ:
+        return None
+    import torch.distributed as dist
+
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                           int(os.environ["WORLD_SIZE"]), is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"labkit/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", client)
 
 
 def whoami() -> dict:

@@ -160,6 +160,13 @@ class TrainConfig:
     swa_start: int | None = None        # average the weights from this step on (SWA); needs val_every
     max_grad_norm: float | None = None  # clip the global gradient norm once per step, after the last
                                         # micro-batch and after unscaling (None = no clipping)
+    # fault tolerance (chapter 27, labkit.train.checkpoint): DCP saves every N steps, resume, an injected failure
+    checkpoint_every: int = 0           # save model + optimizer + step every N optimizer steps (0 = never)
+    checkpoint_dir: str | None = None   # where step_NNNNNNN/ checkpoints, progress.json and fault markers go
+    checkpoint_mode: str = "sync"       # "sync" (dcp.save) | "async" (dcp.async_save: stage, write in background)
+    resume_from: str | None = None      # a checkpoint directory, or "latest" under checkpoint_dir
+    fail_at_step: int | None = None     # rank fail_rank os._exit's at the start of this step, once (marker file)
+    fail_rank: int = 0
 
     def __post_init__(self):
         from labkit.model_config import ATTENTIONS, SIZES
@@ -226,6 +233,9 @@ class TrainConfig:
         if not self.reshard_after_backward and self.parallel != "fsdp":
             bad("reshard_after_backward", "False applies to parallel='fsdp' (FSDP2 set_reshard_after_backward) only")
         config_checks.check_model_parallel(self, bad)
+        from labkit.train.fault_options import validate
+
+        validate(self, bad)
 
     def _check_ddp_knobs(self, bad) -> None:
         """Chapter 19's DDP knobs: ``bucket_cap_mb`` (None = torch's default, 25 MiB with a 1 MiB first

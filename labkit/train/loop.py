@@ -293,16 +293,22 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     prof, trace_files = _profiler(cfg, device, rank)
     losses = []
     a, b = cfg.inject_steps or (0, cfg.steps)           # chapter 25: an injection switched on and off by step
+    ckpt, start = _checkpointer(cfg, model, opt, rank, n, batches)   # chapter 27: resume, saves, failure
     t0 = time.perf_counter()
     with prof if prof is not None else contextlib.nullcontext():
-        for i in range(cfg.steps):
+        for i in range(start, cfg.steps):
+            if ckpt is not None:
+                ckpt.before_step(i)
             k, on = between.before_step(), a <= i < b
             with meter.step(tokens=meter.tokens_per_step // cfg.first_accum * k):
                 losses.append(step(meter, pad if on else None, last=i == cfg.steps - 1, stall=stall if on else 0.0,
                                    accum=k))
             between.after_step(i, meter)
+            if ckpt is not None:
+                ckpt.after_step(i)          # outside the step's timing: the save's stall is recorded apart
             if prof is not None:
                 prof.step()
+    final_wait = ckpt.finish() if ckpt is not None else 0.0
     wall = time.perf_counter() - t0
     loss_t = torch.stack(losses).float()
     if n > 1:   # the loss of the global batch = mean over ranks (equal local batch sizes); with pp > 1 only
@@ -313,6 +319,8 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     record.extra.update(between.extra(meter))
     if probe is not None:
         record.extra["probe"] = probed
+    if ckpt is not None:
+        record.extra["checkpoint"] = ckpt.extra(cfg.steps - start, final_wait)
     if cfg.tp * cfg.pp > 1:
         from labkit.train.parallel import layout
 
@@ -330,6 +338,22 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     if grad_log:
         record.extra["grad_stats"] = grad_log[-cfg.steps:]
     return record
+
+
+def _checkpointer(cfg: TrainConfig, model, opt, rank: int, n: int, batches):
+    """Chapter 27: the run's :class:`~labkit.train.checkpoint.Checkpointer` (None without checkpoint
+    options) and the step to start at — after a resume the loader is fast-forwarded over the steps done."""
+    if not (cfg.checkpoint_every or cfg.resume_from is not None or cfg.fail_at_step is not None):
+        return None, 0
+    from labkit.train.checkpoint import Checkpointer
+
+    ckpt = Checkpointer(cfg, model, opt, rank, n)
+    if ckpt.root is not None:
+        ckpt.root.mkdir(parents=True, exist_ok=True)
+    start = ckpt.resume()
+    for _ in range(start * cfg.first_accum):
+        next(batches)
+    return ckpt, start
 
 
 def _monitor(model, opt, scaler, scale_log, grad_log, cfg) -> None:
