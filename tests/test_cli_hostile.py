@@ -285,6 +285,11 @@ NOT_COVERED = {
                               "on; an empty folder is covered (test_grade_folder_without_submissions)",
     ("diagnose", "--out"): "an output folder, used only after a workload has trained",
     ("run", "--save"): "an output file, written after training",
+    ("run", "--checkpoint-dir"): "an output folder, created by the first save (chapter 27; tests/test_checkpoint.py)",
+    ("run", "--resume-from"): "a checkpoint folder or 'latest', read by torch.distributed.checkpoint once ranks run; "
+                              "bad values refused by TrainConfig (tests/test_checkpoint.py)",
+    ("run", "--fail-at-step"): "a step number, not a path (its name matched): checked by TrainConfig "
+                               "(tests/test_checkpoint.py)",
     ("run", "--profile-dir"): "an output folder, written during training",
     ("launch", "--log-dir"): "an output folder, created by the launcher",
     ("launch", "ARGS"): "strings passed to the target, not paths labkit reads",
