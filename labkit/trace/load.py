@@ -295,9 +295,17 @@ def extract(doc: dict, path, *, default_rank: int = 0) -> RankEvents:
     if rpc is not None:
         for i in np.flatnonzero((cat == CPU_OP) & (np.asarray(nid) == rpc)).tolist():
             comm_args[i] = _comm_args(p, evs, xs[i])
+    return rank_events(p, rank, world, backend, name_list, ts_arr, dur_arr, cat, nid, th, stream, corr, threads,
+                       thread_names, comm_args, ts_is_float, base, doc.get("labkit_synthetic"))
+
+
+def rank_events(p, rank, world, backend, name_list, ts_arr, dur_arr, cat, nid, th, stream, corr, threads,
+                thread_names, comm_args, ts_is_float, base, synth) -> RankEvents:
+    """A :class:`RankEvents` from the decoded columns of one rank's trace (the dict reader here and the typed
+    one of :mod:`labkit.trace.runs` share it): the window and the start on the profiler's base time."""
+    n = len(ts_arr)
     start = float(ts_arr.min()) + (base or 0) / 1e3 if n else None
     window = float((ts_arr + dur_arr).max() - ts_arr.min()) if n else 0.0
-    synth = doc.get("labkit_synthetic")
     return RankEvents(path=p, rank=int(rank), world_size=world, backend=backend,
                       names=name_list, ts=ts_arr, dur=dur_arr, cat=cat,
                       name_id=np.asarray(nid, dtype=np.int32), thread=np.asarray(th, dtype=np.int32),

@@ -145,16 +145,8 @@ def extract_typed(doc, p, default_rank: int = 0):
             v = a.get(key)
             if v is not None and (type(v) is not int or not 0 <= v <= hi):
                 return None
-    start = float(ts_arr.min()) + (base or 0) / 1e3 if n else None
-    window = float((ts_arr + dur_arr).max() - ts_arr.min()) if n else 0.0
-    synth = doc.labkit_synthetic
-    return L.RankEvents(path=p, rank=int(rank), world_size=world, backend=backend,
-                        names=name_list, ts=ts_arr, dur=dur_arr, cat=cat,
-                        name_id=np.asarray(nid, dtype=np.int32), thread=np.asarray(th, dtype=np.int32),
-                        stream=stream, corr=corr, threads=list(threads),
-                        thread_names=thread_names, comm_args=comm_args, ts_is_float=ts_is_float,
-                        start_us=start, window_us=window, has_base_time=base is not None,
-                        synthetic=synth.get("spec") if isinstance(synth, dict) else None)
+    return L.rank_events(p, rank, world, backend, name_list, ts_arr, dur_arr, cat, nid, th, stream, corr, threads,
+                         thread_names, comm_args, ts_is_float, base, doc.labkit_synthetic)
 
 
 def _read_one(args):
