@@ -107,7 +107,7 @@ def test_bad_input():
 
 
 # ---------------------------------------------------------------- live injected bottlenecks
-SMALL = dict(steps=3, warmup_steps=1)   # default sizes: compute injection = 32× smaller GEMMs
+SMALL = dict(steps=3, warmup_steps=1)   # default sizes: compute injection = 128× smaller GEMMs
 
 
 @pytest.fixture(scope="module")
