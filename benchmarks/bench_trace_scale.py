@@ -11,7 +11,7 @@ on the host thread, ``cudaLaunchKernel`` linked by ``correlation`` to compute ke
 ``--nccl`` NCCL all-reduce kernels per step on another, a memcpy per step) at several sizes — a quarter,
 half and all of ``--steps`` on half and all of ``--ranks`` — and analyses each in a fresh process
 (``labkit.trace.analyze``: steps, breakdown, overlap, collectives, stragglers, top ops; imports excluded),
-printing wall time and peak RSS above the process's RSS after its imports (the largest of the process and
+printing wall time, CPU seconds (the figure to read on a shared machine) and peak RSS above the process's RSS after its imports (the largest of the process and
 its reader pool's workers) against the job's MB, and the slopes of log time and log
 memory against log size (1 = linear). With ``--hta-python`` (a Python with HolisticTraceAnalysis==0.5.0 and
 pandas < 3; default build/hta-venv, or ``LABKIT_HTA_PYTHON``) it also times HTA's TraceAnalysis +
@@ -90,13 +90,16 @@ _LABKIT = """
 import json, resource, sys, time
 import pandas
 from labkit.trace import analyze
+def cpu():
+    u, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime + c.ru_utime + c.ru_stime
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-t0 = time.perf_counter()
-a = analyze(sys.argv[1])
+t0, c0 = time.perf_counter(), cpu()
+a = analyze(sys.argv[1], workers=int(sys.argv[2]))
 a.summary()
-dt = time.perf_counter() - t0
+dt, dc = time.perf_counter() - t0, cpu() - c0
 rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-print(json.dumps({"seconds": dt, "rss_mb": rss / 1024, "base_mb": base / 1024, "steps": len(a.steps),
+print(json.dumps({"seconds": dt, "cpu_seconds": dc, "rss_mb": rss / 1024, "base_mb": base / 1024, "steps": len(a.steps),
                   "ranks": len(a.ranks)}))
 """
 
@@ -105,21 +108,24 @@ import json, logging, os, resource, sys, time, warnings
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 from hta.trace_analysis import TraceAnalysis
-t0 = time.perf_counter()
+def cpu():
+    u, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime + c.ru_utime + c.ru_stime
+t0, c0 = time.perf_counter(), cpu()
 ta = TraceAnalysis(trace_dir=sys.argv[1])
 ta.get_temporal_breakdown(visualize=False)
 try:
     ta.get_comm_comp_overlap(visualize=False)
 except Exception:
     pass
-dt = time.perf_counter() - t0
+dt, dc = time.perf_counter() - t0, cpu() - c0
 rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-print(json.dumps({"seconds": dt, "rss_mb": rss / 1024}))
+print(json.dumps({"seconds": dt, "cpu_seconds": dc, "rss_mb": rss / 1024}))
 """
 
 
-def run(python: str, code: str, folder: Path, env=None, timeout=1800) -> dict | None:
-    r = subprocess.run([python, "-c", code, str(folder)], capture_output=True, text=True, timeout=timeout,
+def run(python: str, code: str, folder: Path, env=None, timeout=1800, *extra) -> dict | None:
+    r = subprocess.run([python, "-c", code, str(folder), *extra], capture_output=True, text=True, timeout=timeout,
                        env=env, cwd=ROOT)
     if r.returncode:
         print(f"  ({Path(python).name} failed on {folder}: {r.stderr.strip().splitlines()[-1:]})")
@@ -142,6 +148,8 @@ def main() -> None:
     ap.add_argument("--hta-python", default=os.environ.get("LABKIT_HTA_PYTHON", str(ROOT / "build/hta-venv/bin/python")))
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds on each shipped trace (default 3; "
                     "the generated job gets one)")
+    ap.add_argument("--workers", type=int, default=1, help="labkit's reader processes (default 1: its CPU seconds "
+                    "are then all in one process, and on a shared machine CPU seconds are the figure to read)")
     ap.add_argument("--keep", help="write the jobs under this folder and keep them (default: a temp folder)")
     args = ap.parse_args()
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="labkit-trace-scale-"))
@@ -151,19 +159,20 @@ def main() -> None:
     rows = []
     print(f"SYNTHETIC jobs ({args.kernels} compute + {args.nccl} NCCL kernels per step) in {base}; "
           f"cores: {len(os.sched_getaffinity(0))}")
-    print(f"{'ranks':>5} {'steps':>6} {'MB':>8} {'labkit s':>9} {'+peak MB':>8} {'MB/s':>7}")
+    print(f"{'ranks':>5} {'steps':>6} {'MB':>8} {'labkit s':>9} {'CPU s':>7} {'+peak MB':>8} {'MB/CPU s':>8}")
     for ranks, steps in sizes:
         folder = base / f"job_{ranks}x{steps}"
         mb = write_job(folder, ranks, steps, args.kernels, args.nccl)
-        r = run(sys.executable, _LABKIT, folder, env)
+        r = run(sys.executable, _LABKIT, folder, env, 1800, str(args.workers))
         if r is None:
             continue
         peak = max(r["rss_mb"] - r["base_mb"], 1.0)
-        rows.append((ranks, steps, mb, r["seconds"], peak, folder))
-        print(f"{ranks:>5} {steps:>6} {mb:8.1f} {r['seconds']:9.2f} {peak:8.0f} {mb / r['seconds']:7.1f}")
+        rows.append((ranks, steps, mb, r["cpu_seconds"], peak, folder))
+        print(f"{ranks:>5} {steps:>6} {mb:8.1f} {r['seconds']:9.2f} {r['cpu_seconds']:7.2f} {peak:8.0f} "
+              f"{mb / r['cpu_seconds']:8.1f}")
     if len(rows) >= 2:
         mbs = [x[2] for x in rows]
-        print(f"slope of log time vs log size: {slope(mbs, [x[3] for x in rows]):.2f}; of log peak memory: "
+        print(f"slope of log CPU time vs log size: {slope(mbs, [x[3] for x in rows]):.2f}; of log peak memory: "
               f"{slope(mbs, [x[4] for x in rows]):.2f}  (1 = linear)")
         one = [x for x in rows if x[0] == rows[-1][0]]
         if len(one) >= 2:
@@ -184,12 +193,16 @@ def main() -> None:
             targets.append((f"{f.parent.name}/{f.name} ({f.stat().st_size / 2**20:.1f} MB gz)", d))
         for k, (label, folder) in enumerate(targets):
             # interleaved rounds, best of each: load drift on a shared machine hits both alike
-            lk = hs = math.inf
+            inf = {"seconds": math.inf, "cpu_seconds": math.inf}
+            lk, hs = dict(inf), dict(inf)
             for _ in range(1 if k == 0 and rows else args.rounds):
-                lk = min(lk, (run(sys.executable, _LABKIT, folder, env) or {"seconds": math.inf})["seconds"])
-                h = run(str(hta), _HTA, folder, dict(os.environ, PYTHONPATH=""))
-                hs = min(hs, h["seconds"] if h else math.inf)
-            print(f"  {label:<62} labkit {lk:7.2f} s  HTA {hs:7.2f} s  HTA/labkit {hs / lk:5.1f}x")
+                got = run(sys.executable, _LABKIT, folder, env, 1800, str(args.workers)) or inf
+                lk = {key: min(lk[key], got[key]) for key in inf}
+                got = run(str(hta), _HTA, folder, dict(os.environ, PYTHONPATH="")) or inf
+                hs = {key: min(hs[key], got[key]) for key in inf}
+            print(f"  {label:<62} wall: labkit {lk['seconds']:6.2f} s, HTA {hs['seconds']:6.2f} s, "
+                  f"{hs['seconds'] / lk['seconds']:5.1f}x;  CPU: labkit {lk['cpu_seconds']:6.2f} s, "
+                  f"HTA {hs['cpu_seconds']:6.2f} s, {hs['cpu_seconds'] / lk['cpu_seconds']:5.1f}x")
         shutil.rmtree(tmp)
     if not args.keep:
         shutil.rmtree(base)
