@@ -40,7 +40,7 @@ import numbers
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from labkit import checks
 from labkit.regress import Verdict, compare
@@ -55,7 +55,7 @@ ORDERS = (("A", "B", "A'"), ("B", "A'", "A"), ("A'", "A", "B"))   # rotated each
 # in 19/20 runs (240 rounds: also 19/20) — at the 95 % edge; the misses come from load bursts. Pass
 # fewer for long calls on a quiet device (a training run: ab_train uses 5).
 DEFAULT_ROUNDS = 300
-__all__ = ["ab_compare", "ab_train", "ABResult", "VERDICTS", "NO_DIFFERENCE", "DEFAULT_ROUNDS"]
+__all__ = ["ab_compare", "ab_train", "call_order", "ABResult", "VERDICTS", "NO_DIFFERENCE", "DEFAULT_ROUNDS"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,8 @@ class ABResult:
     wall_s: float
     labels: tuple[str, str] = ("A", "B")
     unit: str = ""
+    runs: tuple = ()          # ab_train(same_ranks=True): every run's record, in the order they ran
+
 
     @property
     def differs(self) -> bool:
@@ -136,6 +138,7 @@ class ABResult:
         """Plain types for JSON (samples as lists, both verdicts as dicts). Taught in chapter 28."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out.update(ci=list(self.ci), a=list(self.a), b=list(self.b), a2=list(self.a2), order=list(self.order),
+                   runs=list(self.runs),
                    labels=list(self.labels), versus=self.versus.to_dict(), floor=self.floor.to_dict(),
                    differs=self.differs)
         return out
@@ -166,6 +169,15 @@ def _callable(name, fn):
         raise checks.ArgumentTypeError(f"{name} must be a zero-argument callable (one unit of work), "
                                        f"got {type(fn).__name__} {fn!r}")
     return fn
+
+
+def call_order(rounds: int, warmup: int) -> list[tuple[str, str]]:
+    """The (arm, when) of every call :func:`ab_compare` makes: ``warmup`` pairs (A B, B A, …), then the
+    rounds in :data:`ORDERS`' rotation. Taught in chapter 28."""
+    rounds = checks.count("rounds", rounds, at_least=3)
+    warmup = checks.count("warmup", warmup, at_least=0)
+    out = [(arm, f"warm-up {i + 1}") for i in range(warmup) for arm in (("A", "B") if i % 2 == 0 else ("B", "A"))]
+    return out + [(arm, f"round {r + 1}") for r in range(rounds) for arm in ORDERS[r % len(ORDERS)]]
 
 
 def ab_compare(run_a, run_b, *, rounds: int = DEFAULT_ROUNDS, warmup: int = 2, metric: str = "time",
@@ -247,16 +259,12 @@ def ab_compare(run_a, run_b, *, rounds: int = DEFAULT_ROUNDS, warmup: int = 2, m
         return float(value)
 
     t_start = time.perf_counter()
-    for i in range(warmup):
-        for arm in (("A", "B") if i % 2 == 0 else ("B", "A")):
-            call(arm, f"warm-up {i + 1}")
     samples: dict[str, list[float]] = {"A": [], "B": [], "A'": []}
-    order = []
-    for r in range(rounds):
-        arms = ORDERS[r % len(ORDERS)]
-        order.append(" ".join(arms))
-        for arm in arms:
-            samples[arm].append(call(arm, f"round {r + 1}"))
+    order = [" ".join(ORDERS[r % len(ORDERS)]) for r in range(rounds)]
+    for arm, where in call_order(rounds, warmup):
+        value = call(arm, where)
+        if where.startswith("round"):
+            samples[arm].append(value)
     wall = time.perf_counter() - t_start
 
     higher = METRICS[metric]
@@ -281,7 +289,7 @@ def ab_compare(run_a, run_b, *, rounds: int = DEFAULT_ROUNDS, warmup: int = 2, m
 
 
 def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1, metric: str = "time",
-             min_effect: float = 0.03, timeout_s: float = 600) -> ABResult:
+             min_effect: float = 0.03, timeout_s: float = 600, same_ranks: bool = False) -> ABResult:
     """A/B two training configs: each call trains one config (``parallel="single"``: in this process with
     :func:`labkit.train.train`; else ``nprocs`` fresh ranks with :func:`labkit.train.run`) and yields **one figure
     per run**: its median post-warm-up step time (``metric="time"``) or tokens per step ÷ that median
@@ -291,6 +299,12 @@ def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1,
     allocator state, a thread placement and a moment of machine load, so they are correlated; pooling
     them as independent samples would make the bootstrap interval far too narrow and call run-to-run
     variation an effect. The run is the unit that repeats. Both configs must use the same ``seed``.
+
+    ``same_ranks=True``: every run, warm-up included, trains in turn in **one** launch of ``nprocs`` ranks
+    (:func:`labkit.train.run_many`), in the interleaved order of :func:`call_order` — each run still builds its
+    own model, optimizer and (with ``pp``/``tp``) mesh, but the seconds of starting ranks and importing torch
+    are paid once (a multi-rank A/B in a notebook's time budget). The result's ``runs`` holds every run's
+    record (``RunRecord.to_dict()``, with its ``"arm"``), so the samples can be re-derived from them.
 
     Taught in the tuning chapters: 15 (micro-batch vs accumulation), 17 (compile), 18 (mixed precision),
     19 (DDP buckets), 20 (FSDP), 21 (recomputation); the verdict as in chapter 28.
@@ -316,10 +330,26 @@ def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1,
                 from labkit.train.launch import run
 
                 rec = run(cfg, nprocs, timeout_s=timeout_s)
-            step = rec.step_time.median
-            return step if metric == "time" else rec.tokens_per_step / step
+            return figure(rec)
         return once
 
-    return ab_compare(runner(cfg_a), runner(cfg_b), rounds=rounds, warmup=warmup, metric=metric,
-                      min_effect=min_effect, seed=None, unit="s" if metric == "time" else "tokens/s",
-                      labels=(cfg_a.label, cfg_b.label) if cfg_a.label != cfg_b.label else ("A", "B"))
+    def figure(rec) -> float:
+        step = rec.step_time.median
+        return step if metric == "time" else rec.tokens_per_step / step
+
+    runs: list = []
+    if checks.flag("same_ranks", same_ranks):
+        from labkit.train.launch import run_many
+
+        arms = call_order(rounds, warmup)
+        recs = run_many([cfg_b if arm == "B" else cfg_a for arm, _ in arms], nprocs, timeout_s=timeout_s)
+        queues = {"a": [figure(r) for (arm, _), r in zip(arms, recs, strict=True) if arm != "B"],
+                  "b": [figure(r) for (arm, _), r in zip(arms, recs, strict=True) if arm == "B"]}
+        runs = [{**r.to_dict(), "arm": arm, "when": when} for (arm, when), r in zip(arms, recs, strict=True)]
+        run_a, run_b = (lambda: queues["a"].pop(0)), (lambda: queues["b"].pop(0))
+    else:
+        run_a, run_b = runner(cfg_a), runner(cfg_b)
+    res = ab_compare(run_a, run_b, rounds=rounds, warmup=warmup, metric=metric,
+                     min_effect=min_effect, seed=None, unit="s" if metric == "time" else "tokens/s",
+                     labels=(cfg_a.label, cfg_b.label) if cfg_a.label != cfg_b.label else ("A", "B"))
+    return replace(res, runs=tuple(runs)) if runs else res

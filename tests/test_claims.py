@@ -14,7 +14,7 @@ ROOT = repo_root()
 READY = sorted(course.notebooks(ready_only=True), key=lambda e: e.path)
 
 #: notebooks whose live cells teach a direction (a before/after): each must state at least one claim
-DIRECTIONAL = {"ch01", "ch02", "ch04", "ch05", "ch06", "ch07", "ch09", "ch14", "lab05_ddp", "lab09_collectives"}
+DIRECTIONAL = {"ch01", "ch02", "ch04", "ch05", "ch06", "ch07", "ch09", "ch14", "lab05_ddp", "lab09_collectives", "lab10_planner"}
 
 
 @pytest.mark.parametrize("left,op,right,margin,noise,want", [

@@ -12,6 +12,8 @@
   published run of the same model family on the same GPU, instead of the assumed 50 %.
 - ``planner.py`` — :func:`plan`: every feasible layout ranked by predicted tokens/s, with
   :meth:`Plan.explain`.
+- ``exercise.py`` — lab 10's problem per seed (a published model, a global batch, a cluster; never a layout)
+  and a layout's round trip through recorded evidence (``layout_dict`` / ``layout_from``).
 
 Taught in chapter 5, chapter 1, chapters 19–20, chapter 24 (choosing a layout) and chapters 29–30.
 """

@@ -144,7 +144,7 @@ def real_lab_corpus() -> dict:
     return {"lab01_inflated": lab01, "lab03_forged": _lab03_forged(), "lab04_forged": _lab04_forged(),
             "lab06_inflated": _lab06_inflated(), "lab11_quieter": _lab11_quieter(),
             "lab09_forged": _lab09_forged(),
-            "lab08_forged": _lab08_forged()}
+            "lab08_forged": _lab08_forged(), "lab10_forged": _lab10_forged()}
 
 
 def _forged(lab_id: str, qid: str, old: str, new: str):
@@ -218,6 +218,14 @@ def _lab08_forged():
     return _forged("lab08_data_pipeline", "q2", 'answer_q2 = {"wait_share_after": ta_fixed.data_wait_share,',
                    'answer_q2 = {"wait_share_after": ta_fixed.data_wait_share / 2,  # a better number, typed in\n'
                    '             ')
+
+
+def _lab10_forged():
+    """lab10 with the chosen layout's predicted tokens/s raised by 10 % in the answer (a better number, typed in):
+    q1's check reruns perf.predict on the recorded layout and must catch it; the choice itself, the rival of q2
+    (computed from the real predictions) and the live A/B of q3 are untouched, so nothing else may fail."""
+    return _forged("lab10_planner", "q1", '"tokens_per_s": mine.tokens_per_s,',
+                   '"tokens_per_s": mine.tokens_per_s * 1.1,  # a better number, typed in\n            ')
 
 
 def main() -> int:
