@@ -49,7 +49,7 @@ def test_target_needs_smaller_all_reduce_and_the_unexplained_found():
 
 def test_kpi_table_computed_from_case_and_thresholds():
     c = bert_large()
-    rows = {r["KPI"]: r for r in rv.kpi_table()}
+    rows = {r["KPI"]: r for r in rv.kpi_table(Thresholds())}
     assert list(rows) == [k for k, *_ in rv.KPI_SOURCE]
     util = rows["GPU-Util > 80 %"]
     assert util["overlapped step"] == 1.0 and util["KPI, overlapped"] == "passes"           # a kernel always runs
@@ -63,13 +63,13 @@ def test_kpi_table_computed_from_case_and_thresholds():
     assert rows["power ≥ 80 % TDP"]["KPI, overlapped"] == "n/a"
     assert "108%" in rows["PCIe ≤ 70 %"]["⚠"]
     th = Thresholds(comm_exposed=0.25)
-    assert "25%" in {r["KPI"]: r for r in rv.kpi_table(thresholds=th)}["communication < 40 %"]["labkit's rule"]
+    assert "25%" in {r["KPI"]: r for r in rv.kpi_table(th)}["communication < 40 %"]["labkit's rule"]
     with pytest.raises(ArgumentTypeError, match="Thresholds"):
-        rv.kpi_table(thresholds={"comm_exposed": 0.2})
+        rv.kpi_table({"comm_exposed": 0.2})
 
 
 def test_checklist_and_next_directions_resolve_from_the_manifest():
-    rows = rv.checklist()
+    rows = rv.checklist(Thresholds())
     assert [r["#"] for r in rows] == list(range(1, len(rows) + 1))
     comm = next(r for r in rows if r["family"] == "communication")
     assert comm["labkit threshold"] == f"comm_exposed = {Thresholds().comm_exposed:g}"

@@ -46,7 +46,7 @@ def _median_s(fn, n: int) -> float:
     return statistics.median(ts)
 
 
-def bert_miniature(case_fields: dict, *, size: int = 512, matmuls: int = 4, grad_numel: int = 2**20,
+def bert_miniature(case_fields: dict, *, size: int = 512, matmuls: int = 2, grad_numel: int = 2**20,
                    rounds: int = 6, calib: int = 5, seed: int = 0) -> dict:
     """Runs on every rank (``labkit.launch`` target): measures the miniature's parts, then A/Bs the job with
     the case's overheads against the fixed job, the overlapped against the unoverlapped step, and the fp16

@@ -92,18 +92,22 @@ def _kpi_values(c: BertLargeCase, step_ms: float, serial_ms: float) -> dict:
             "pcie": need / LINKS["PCIe 3.0 x16"] * c.comm_ms / step_ms, "serial": serial_ms}
 
 
-def kpi_table(case=None, thresholds=None) -> list[dict]:
+def _thresholds(th, fields):
+    missing = [f for f in fields if not isinstance(getattr(th, f, None), (int, float))]
+    if missing:
+        raise checks.ArgumentTypeError(f"thresholds must be a labkit.diagnose.Thresholds (it lacks {missing}), got "
+                                       f"{type(th).__name__}")
+    return th
+
+
+def kpi_table(thresholds, case=None) -> list[dict]:
     """The source's KPIs (:data:`KPI_SOURCE`) on the case's overlapped step and its measured step, beside the
-    rule of :class:`labkit.diagnose.Thresholds` that judges the same thing, and whether the KPI is wrong or
+    rule of ``thresholds`` (a :class:`labkit.diagnose.Thresholds`) that judges the same thing, and whether the KPI is wrong or
     unmeasurable as stated (``warn``). GPU-Util is the share of the step in which some kernel runs (the
     all-reduce kernel included); PCIe is the link's load if the all-reduce ran over PCIe 3.0 x16, as the
     source says. Taught in chapter 30."""
-    from labkit.diagnose import Thresholds
-
     c = _case(case)
-    th = Thresholds() if thresholds is None else thresholds
-    if not isinstance(th, Thresholds):
-        raise checks.ArgumentTypeError(f"thresholds must be a labkit.diagnose.Thresholds, got {type(th).__name__}")
+    th = _thresholds(thresholds, ("mfu_low", "comm_exposed", "data_wait", "severity_high"))
     ov, me = _kpi_values(c, c.step_ms(True), 0.0), _kpi_values(c, c.measured_step_ms, c.overhead_ms)
     need_share = c.implied_link_bw() / LINKS["PCIe 3.0 x16"]
     m_min = next(m for m in range(1, 1000) if m / (m + 3) > 0.7)   # 1F1B with p = 4 stages: m/(m+p−1) > 70 %
@@ -161,15 +165,11 @@ _CHECKS = (
 )
 
 
-def checklist(thresholds=None) -> list[dict]:
+def checklist(thresholds) -> list[dict]:
     """The course's checklist, one row per check in diagnosis order: what to measure, labkit's threshold
-    (read from ``thresholds``, default :class:`labkit.diagnose.Thresholds`), the labkit call, and the chapters
+    (read from ``thresholds``, a :class:`labkit.diagnose.Thresholds`), the labkit call, and the chapters
     that fix it with their titles from the course manifest. Taught in chapter 30."""
-    from labkit.diagnose import Thresholds
-
-    th = Thresholds() if thresholds is None else thresholds
-    if not isinstance(th, Thresholds):
-        raise checks.ArgumentTypeError(f"thresholds must be a labkit.diagnose.Thresholds, got {type(th).__name__}")
+    th = _thresholds(thresholds, [c[2] for c in _CHECKS if c[2]])
     rows = []
     for i, (family, what, field_, call, chapters) in enumerate(_CHECKS, 1):
         limit = "" if field_ is None else f"{field_} = {getattr(th, field_):g}"
