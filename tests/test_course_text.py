@@ -78,6 +78,14 @@ REQUIRED_WARNINGS = [
      "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"),
     ("chapters/part4_case_review/ch27_multinode_elastic.ipynb", "is cluster scheduling, not a slow step",
      "https://slurm.schedmd.com/overview.html"),
+    ("chapters/part4_case_review/ch30_case_bert_checklist.ipynb", "2.7× cannot come from removing overheads",
+     "https://arxiv.org/abs/2006.15704"),
+    ("chapters/part4_case_review/ch30_case_bert_checklist.ipynb",
+     "GPU-Util and \"communication < 40 %\" pass or fail the same step",
+     "https://docs.nvidia.com/deploy/nvidia-smi/index.html"),
+    ("chapters/part4_case_review/ch30_case_bert_checklist.ipynb",
+     "\"PCIe ≤ 70 %\" cannot judge the source's own job",
+     "https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html"),
 ]
 
 

@@ -1,0 +1,136 @@
+"""Chapter 30's library: the BERT-large review (labkit.cases.review), its live miniature
+(labkit.cases.miniature, on real gloo ranks) and the optimisation waterfall (labkit.perf.waterfall)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from labkit import course
+from labkit.cases import bert_large
+from labkit.cases import review as rv
+from labkit.cases.miniature import overhead_plan, run_bert_miniature
+from labkit.checks import ArgumentTypeError
+from labkit.diagnose import Thresholds
+from labkit.perf import waterfall as wf
+
+
+# ------------------------------------------------------------------------------------------- the review
+def test_bert_steps_follow_the_case():
+    c = bert_large()
+    rows = {r["stage"].split(" (")[0]: r for r in rv.bert_steps()}
+    assert rows["1 GPU"]["step (ms)"] == c.t1_ms and rows["1 GPU"]["speed-up"] == 1
+    assert rows["4 GPUs, overlapped"]["step (ms)"] == c.step_ms(True) == 135
+    assert rows["+ named overheads"]["step (ms)"] == pytest.approx(161.5)
+    assert rows["measured"]["speed-up"] == pytest.approx(1.8)
+    assert rows["target"]["step (ms)"] == pytest.approx(360 / 2.7)
+    # 2.7× needs a step below the overlapped step: overheads alone cannot reach it
+    assert rows["target"]["step (ms)"] < c.step_ms(True)
+    assert all(math.isclose(r["efficiency"], r["speed-up"] / c.n) for r in rows.values())
+
+
+def test_target_needs_smaller_all_reduce_and_the_unexplained_found():
+    c = bert_large()
+    assert rv.half_precision_comm_ms(c) == pytest.approx(c.comm_ms / 2)
+    rows = rv.target_scenarios(c)
+    reach = [(r["all-reduce"].split(" (")[0], r["overheads"]) for r in rows if r["reaches 2.7×"]]
+    assert reach == [("2-byte gradients", "unexplained found and removed"), ("2-byte gradients", "all overheads removed")]
+    fp32_best = max(r["speed-up"] for r in rows if r["all-reduce"].startswith("fp32"))
+    assert fp32_best == pytest.approx(c.t1_ms / c.step_ms(True)) and fp32_best < 2.7
+    assert rows[0]["step (ms)"] == pytest.approx(c.measured_step_ms)           # "as measured" is the 200 ms
+    # a what-if case follows: a 60 ms all-reduce already reaches 2.7× once every overhead is gone
+    assert any(r["reaches 2.7×"] for r in rv.target_scenarios(bert_large(comm_ms=60.0)) if
+               r["all-reduce"].startswith("fp32"))
+    with pytest.raises(ValueError, match="target"):
+        rv.target_scenarios(c, target=0)
+    with pytest.raises(ArgumentTypeError, match="BertLargeCase"):
+        rv.bert_steps("bert")
+
+
+def test_kpi_table_computed_from_case_and_thresholds():
+    c = bert_large()
+    rows = {r["KPI"]: r for r in rv.kpi_table(Thresholds())}
+    assert list(rows) == [k for k, *_ in rv.KPI_SOURCE]
+    util = rows["GPU-Util > 80 %"]
+    assert util["overlapped step"] == 1.0 and util["KPI, overlapped"] == "passes"           # a kernel always runs
+    assert util["measured step"] == pytest.approx(c.step_ms(True) / c.measured_step_ms)
+    assert util["KPI, measured"] == "fails" and util["⚠"]
+    comm = rows["communication < 40 %"]
+    assert comm["overlapped step"] == pytest.approx(120 / 135) and comm["KPI, overlapped"] == "fails"
+    assert "22%" in comm["⚠"]                                                          # exposed 30/135
+    assert rows["pipeline efficiency > 70 %"]["KPI, overlapped"] == "passes" and not rows["pipeline efficiency > 70 %"]["⚠"]
+    assert "m ≥ 8" in rows["pipeline efficiency > 70 %"]["labkit's figures (overlapped / measured)"]
+    assert rows["power ≥ 80 % TDP"]["KPI, overlapped"] == "n/a"
+    assert "108%" in rows["PCIe ≤ 70 %"]["⚠"]
+    th = Thresholds(comm_exposed=0.25)
+    assert "25%" in {r["KPI"]: r for r in rv.kpi_table(th)}["communication < 40 %"]["labkit's rule"]
+    with pytest.raises(ArgumentTypeError, match="Thresholds"):
+        rv.kpi_table({"comm_exposed": 0.2})
+
+
+def test_checklist_and_next_directions_resolve_from_the_manifest():
+    rows = rv.checklist(Thresholds())
+    assert [r["#"] for r in rows] == list(range(1, len(rows) + 1))
+    comm = next(r for r in rows if r["family"] == "communication")
+    assert comm["labkit threshold"] == f"comm_exposed = {Thresholds().comm_exposed:g}"
+    assert course.entry("ch19").title in comm["fix in"]
+    assert next(r for r in rv.checklist(Thresholds(data_wait=0.2)) if r["family"] == "data")["labkit threshold"] \
+        == "data_wait = 0.2"
+    nd = rv.next_directions()
+    assert [r["direction"] for r in nd] == ["PipeDream", "1-bit Adam", "XLA", "TensorRT"]
+    assert all(r["course map"].split()[0] in {e.id for e in course.notebooks()} for r in nd)
+
+
+# --------------------------------------------------------------------------------------- the miniature
+def test_overhead_plan_keeps_the_case_proportions():
+    c = bert_large()
+    p = overhead_plan(c, unit_ms=0.5, every=4)
+    assert p["data"] == 10 and p["logging"] == 2.5 and p["unexplained"] == pytest.approx(c.unexplained_ms / 2)
+    assert p["checkpoint_per_save"] / p["checkpoint_every"] == pytest.approx(0.5 * c.checkpoint_ms / c.checkpoint_every)
+    with pytest.raises(ValueError, match="unit_ms"):
+        overhead_plan(c, unit_ms=-1)
+
+
+def test_miniature_runs_on_two_gloo_ranks():
+    r = run_bert_miniature(rounds=3, size=64, matmuls=2, grad_numel=2**12, calib=3, timeout_s=240)
+    assert r["ranks"] == r["world"] == 2
+    assert set(r["parts_s"]) == {"compute", "all-reduce fp32", "all-reduce fp16", "sync"}
+    assert all(v > 0 for v in r["parts_s"].values()) and r["step0_s"] > 0
+    assert r["plan_ms"]["data"] == pytest.approx(bert_large().data_ms * r["unit"])
+    for k in ("fix", "overlap", "half"):
+        assert len(r[k].a) == len(r[k].b) == 3
+    assert r["fix"].labels == ("job with the overheads", "fixed")
+    with pytest.raises(ValueError, match="nprocs"):
+        run_bert_miniature(nprocs=1)
+
+
+# ---------------------------------------------------------------------------------------- the waterfall
+def test_waterfall_bars_are_cumulative_predictions():
+    bars = wf.optimisation_waterfall()
+    assert [b.chapter for b in bars] == ["baseline", *(s[0] for s in wf.STEPS)]
+    assert all(b.prediction.fits for b in bars)
+    for prev, b in zip(bars, bars[1:], strict=False):
+        assert b.gain == pytest.approx(b.tokens_per_s_per_gpu / prev.tokens_per_s_per_gpu)
+        assert b.cumulative == pytest.approx(b.tokens_per_s_per_gpu / bars[0].tokens_per_s_per_gpu)
+    by = {b.chapter: b for b in bars}
+    assert by["ch18"].gain > 10                    # 312 vs 19.5 TFLOP/s peak
+    assert by["ch16"].gain == pytest.approx(1.0)   # the model counts FLOPs: flash changes memory only
+    assert by["ch16"].prediction.memory["total"] <= by["ch18"].prediction.memory["total"]
+    assert 1.2 < by["ch21"].gain < 8 / 6 + 1e-9    # 8PD → 6PD at most
+    assert by["ch19"].gain >= 1 and by["ch17"].gain == pytest.approx(0.55 / 0.45, rel=0.05)
+    assert by["ch18"].checkpoint_s > 0 and by["ch27"].checkpoint_s == 0
+    assert math.prod(b.gain for b in bars) == pytest.approx(bars[-1].cumulative)
+    assert set(bars[0].row()) >= {"optimisation", "tokens/s per GPU", "MFU (bf16 peak)", "assumption"}
+
+
+def test_waterfall_rejects_bad_input():
+    with pytest.raises(ValueError, match="fused_achievable"):
+        wf.optimisation_waterfall(achievable=0.5, fused_achievable=0.4)
+    with pytest.raises(ValueError, match="steps entry"):
+        wf.optimisation_waterfall(steps=[("ch99", "x", {}, {"speed": 2}, "")])
+    with pytest.raises(ValueError, match="does not fit"):
+        wf.optimisation_waterfall(steps=[("ch21", "no recomputation, scores stored", {"recompute": "none"}, {}, "")])
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        wf.optimisation_waterfall(checkpoint_every=0)
+    with pytest.raises(ArgumentTypeError, match="Cluster"):
+        wf.optimisation_waterfall(cluster_="dgx-a100")
