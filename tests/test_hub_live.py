@@ -307,9 +307,11 @@ def _login(page, url: str, user: str, password: str) -> None:
     page.click("input[type=submit], button[type=submit]")
 
 
-def _wait_lab(page, timeout_s: float = 240) -> None:
+def _wait_lab(page, timeout_s: float = 300) -> None:
+    """Wait until the visible notebook has rendered (no loading spinner) and its kernel is idle."""
     page.wait_for_selector(f"{jlab.VISIBLE} .jp-Cell", timeout=timeout_s * 1000)
-    jlab.wait_kernel_idle(page, 120)
+    page.wait_for_selector(f"{jlab.VISIBLE} .jp-Spinner", state="detached", timeout=timeout_s * 1000)
+    page.wait_for_selector(".jp-StatusBar-Widget >> text=/Python 3.*Idle/", timeout=timeout_s * 1000)
 
 
 def _open(page, url: str, user: str, rel: str) -> None:
@@ -361,6 +363,9 @@ def test_two_learners_and_the_instructor_on_a_real_hub(hub, tmp_path):
                 assert page[u].url.endswith(f"/user/{u}/lab/tree/labkit/chapters/index.ipynb"), page[u].url
                 current = page[u].locator(".lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").all_text_contents()
                 assert "index.ipynb" in current, f"{u} landed on {current}, not the course index"
+                time.sleep(2)           # a notebook that changes on load is marked dirty within a moment
+                dirty = page[u].eval_on_selector_all(".lm-TabBar-tab.jp-mod-dirty", "els => els.map(e => e.textContent)")
+                assert dirty == [], f"{u}'s course index opened already modified: {dirty}"
                 page[u].screenshot(path=str(SHOTS / f"01_{u[-1]}_index.png"))
             started = time.perf_counter() - t0
 
