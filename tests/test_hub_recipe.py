@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 import tomllib
@@ -111,3 +112,60 @@ def test_cpu_image_builds_and_imports_labkit():
                           "import labkit, torch; from labkit import paths; print(paths.work_dir())"],
                          capture_output=True, text=True, check=True, timeout=600).stdout
     assert "/home/" in out and "/opt/labkit" not in out
+
+
+def _hub_config() -> Config:
+    cfg = Config()
+    path = HUB / "jupyterhub_config.py"
+    exec(compile(path.read_text(), str(path), "exec"), {"get_config": lambda: cfg, "__file__": str(path)})
+    return cfg
+
+
+def _stages() -> dict[str, list[tuple[str, str]]]:
+    """{stage name: its instructions}, from hub/Dockerfile."""
+    out, name = {}, None
+    for k, a in _dockerfile():
+        if k == "FROM":
+            name = a.split(" AS ")[-1].strip() if " AS " in a else a
+            out[name] = []
+        out[name].append((k, a))
+    return out
+
+
+def test_one_machine_hub_stage_runs_the_shared_hub_config():
+    """hub/Dockerfile's `hub` target starts the very file tests/test_hub_live.py starts, with the proxy and
+    JupyterHub installed, the instructor sources root only and the base stage's CJK font."""
+    stages = _stages()
+    hub = stages["hub"]
+    assert hub[0][1].startswith("base AS"), "the hub stage builds on the base stage (torch, labkit, CJK font)"
+    assert any(k == "RUN" and "fonts-noto-cjk" in a for k, a in stages["base"])
+    run = " ".join(a for k, a in hub if k == "RUN")
+    assert "configurable-http-proxy" in run and re.search(r"pip install[^&]*jupyterhub", run)
+    assert "chmod -R go-rwx /opt/labkit/labs" in run and "chmod -R a-w /opt/labkit" in run
+    cmd = [a for k, a in hub if k == "CMD"][-1]
+    assert cmd == '["jupyterhub", "-f", "/opt/labkit/hub/jupyterhub_config.py"]'   # /opt/labkit = the checkout
+    assert not [a for k, a in hub if k == "USER"], "JupyterHub runs as root (PAM, one account per learner)"
+    env = dict(a.split("=", 1) for k, a in hub if k == "ENV")
+    assert env["LABKIT_COURSE_TREE"] == "/opt/labkit/course"
+
+
+def test_hub_config_spawns_each_learner_on_the_course_server_config():
+    cfg = _hub_config()
+    assert cfg.JupyterHub.authenticator_class == "pam" and cfg.JupyterHub.spawner_class == "localprocess"
+    assert cfg.LocalAuthenticator.allowed_groups == {"learners"}
+    assert cfg.LocalAuthenticator.create_system_users is False
+    assert cfg.Spawner.notebook_dir == "~"
+    assert cfg.Spawner.default_url == _server_config().LabApp.default_url   # the course index of ~/labkit
+    # the single-user servers read hub/jupyter_server_config.py (working copy, culling) and see the course
+    assert (Path(cfg.Spawner.environment["JUPYTER_CONFIG_PATH"]) / "jupyter_server_config.py").is_file()
+    assert {"LABKIT_COURSE_TREE", "LABKIT_ROOT", "PATH"} <= set(cfg.Spawner.env_keep)
+
+
+def test_hub_scripts_are_executable_and_named_in_the_readme():
+    text = (HUB / "README.md").read_text()
+    for name in ("add-learner.sh", "collect.sh", "return-feedback.sh"):
+        assert os.access(HUB / name, os.X_OK), f"hub/{name} is not executable"
+        assert f"hub/{name}" in text
+        r = subprocess.run(["bash", "-n", str(HUB / name)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    assert "-K HOME_MODE=0700" in (HUB / "add-learner.sh").read_text()   # Debian's useradd default is 0755
