@@ -64,7 +64,8 @@ def test_exposed_comm_per_token_counts_every_non_compute_term():
 
 
 def test_synthetic_slow_link_parses_and_fits_back_to_its_bandwidth():
-    fab = rv.link_fabric(cases.thirteen_b())
+    t13 = cases.thirteen_b()
+    fab = comm.synthetic.ethernet_fabric(t13.link_gbit_s, gpus_per_node=t13.gpus_per_node)
     assert fab.nranks == 16 and fab.inter_bw == pytest.approx(0.93 * 3.125e9)
     text = comm.synthetic.synthetic_nccl_tests(fab, min_bytes=1 << 20, max_bytes=1 << 30, seed=1, noise=0.02)
     assert text.startswith("# SYNTHETIC")
@@ -75,7 +76,7 @@ def test_synthetic_slow_link_parses_and_fits_back_to_its_bandwidth():
     log = comm.parse_nccl_debug(comm.synthetic.synthetic_nccl_debug(fab))
     assert "Socket" in log.summary()
     with pytest.raises(ValueError, match="tcp_share"):
-        rv.link_fabric(cases.thirteen_b(), tcp_share=1.5)
+        comm.synthetic.ethernet_fabric(25.0, tcp_share=1.5)
 
 
 # ------------------------------------------------------------------------------ the slow link

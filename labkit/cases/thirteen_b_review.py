@@ -8,8 +8,6 @@ takes 1/k ms of one GPU, and a share of the step is the same share of that time.
 
 - :func:`util_readings` — GPU-Util and the NCCL wait on 64 and 128 GPUs under the two ways to read
   nvidia-smi's GPU-Util; the one that keeps compute per token constant is the coherent one.
-- :func:`link_fabric` — a :class:`labkit.comm.synthetic.Fabric` of the case's nodes joined by one 25 Gb/s
-  port, for SYNTHETIC nccl-tests tables and NCCL logs.
 - :func:`fix_steps` — the planner's fix (TP + PP inside nodes, accumulation: the model's exposed
   communication per token) and the loader fix (prefetch + mmap: the idle time back to its 64-GPU level) as
   steps from the measured 1.05k, in both orders, with the share of "58 % → 92 %" each explains.
@@ -21,7 +19,7 @@ from __future__ import annotations
 from labkit import checks
 from labkit.cases.thirteen_b import ThirteenBCase
 
-__all__ = ["util_readings", "coherent_util_reading", "link_fabric", "exposed_comm_ms_per_token", "fix_steps"]
+__all__ = ["util_readings", "coherent_util_reading", "exposed_comm_ms_per_token", "fix_steps"]
 
 READINGS = ("NCCL kernels count as busy (NVML's definition)", "GPU-Util is compute only")
 
@@ -68,22 +66,6 @@ def coherent_util_reading(case) -> dict:
         raise ValueError(f"GPU-Util {c.gpu_util} and NCCL wait {c.nccl_wait} leave a negative share under both "
                          "readings: check the figures")
     return min(ok, key=lambda r: abs(r["compute per token 128/64"] - 1))
-
-
-def link_fabric(case, *, nodes: int = 2, tcp_share: float = 0.93, intra_gb_s: float = 230.0):
-    """A :class:`labkit.comm.synthetic.Fabric` of ``nodes`` of the case's 8-GPU A100 nodes joined by one
-    ``case.link_gbit_s`` Ethernet port each, reaching ``tcp_share`` of its line rate over sockets (NCCL's
-    NET/Socket), ``intra_gb_s`` busbw inside a node (NVLink; an assumption) — the parameters of a SYNTHETIC
-    nccl-tests table or NCCL log, named in its first line. Taught in chapter 29."""
-    from labkit.comm.synthetic import Fabric
-
-    c = _case(case)
-    nodes = checks.count("nodes", nodes)
-    tcp_share = checks.fraction("tcp_share", tcp_share, open_low=True)
-    return Fabric(f"a100-{nodes}node-{c.link_gbit_s:g}gbe", "NVIDIA A100-SXM4-80GB", nodes, c.gpus_per_node,
-                  intra_alpha_s=5e-6, intra_bw=checks.positive("intra_gb_s", intra_gb_s) * 1e9,
-                  inter_alpha_s=25e-6, inter_bw=tcp_share * c.line_rate_gb_s * 1e9, network="Socket",
-                  intra_transport="P2P/CUMEM")
 
 
 def exposed_comm_ms_per_token(pred) -> float:
