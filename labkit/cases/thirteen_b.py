@@ -47,6 +47,8 @@ class ThirteenBCase:
     fixed_k: float = 3.3             # after TP+PP, accumulation, prefetch + mmap, labelled per GPU
     stated_efficiency: tuple = (0.58, 0.92)   # the source's own percentages (measured, fixed)
     busbw_across_gb_s: float = 3.2   # "across nodes"
+    gpu_util: tuple = (0.92, 0.71)   # nvidia-smi GPU-Util on 64 → 128 GPUs (the source's)
+    nccl_wait: tuple = (0.08, 0.27)  # share of the step in NCCL all-reduce wait on 64 → 128 GPUs (the source's)
     busbw_inside_gb_s: float = 22.0  # "inside a node"
     nodes_claimed: int = 2           # "128 ranks on 2 nodes"
     gpus_per_node: int = CLUSTERS["a100-25gbe"].gpus_per_node   # an A100 HGX/DGX baseboard: 8 SXM GPUs
@@ -74,6 +76,12 @@ class ThirteenBCase:
                              "pair of fractions")
         for i, e in enumerate(self.stated_efficiency):
             checks.fraction(f"stated_efficiency[{i}]", e)
+        for k in ("gpu_util", "nccl_wait"):
+            v = getattr(self, k)
+            if not isinstance(v, tuple) or len(v) != 2:
+                raise ValueError(f"{k}={v!r} is not valid: use a (64 GPUs, 128 GPUs) pair of fractions")
+            for i, e in enumerate(v):
+                checks.fraction(f"{k}[{i}]", e)
 
     # ------------------------------------------------------------------------------ per GPU
     def efficiency(self, per_gpu_k: float) -> float:

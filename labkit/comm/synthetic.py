@@ -20,7 +20,7 @@ from labkit import checks
 from labkit.comm.models import bus_factor, canonical_op, hierarchical_time, ring_time
 from labkit.comm.topology import TOPO_LEGEND, synthetic_topology
 
-__all__ = ["FABRICS", "Fabric", "TOPO_LEGEND", "fabric", "synthetic_nccl_debug", "synthetic_nccl_tests",
+__all__ = ["FABRICS", "Fabric", "TOPO_LEGEND", "ethernet_fabric", "fabric", "synthetic_nccl_debug", "synthetic_nccl_tests",
            "synthetic_topology"]
 
 
@@ -87,6 +87,20 @@ def fabric(name: str) -> Fabric:
     if name not in FABRICS:
         raise ValueError(f"fabric={name!r} unknown; valid: {', '.join(FABRICS)}")
     return FABRICS[name]
+
+
+def ethernet_fabric(gbit_s: float, *, nodes: int = 2, gpus_per_node: int = 8, gpu: str = "NVIDIA A100-SXM4-80GB",
+                    tcp_share: float = 0.93, intra_gb_s: float = 230.0) -> Fabric:
+    """``nodes`` nodes of ``gpus_per_node`` GPUs joined by ONE ``gbit_s`` Ethernet port each, reaching
+    ``tcp_share`` of its line rate (gbit_s / 8 GB/s) over NCCL's NET/Socket, ``intra_gb_s`` busbw inside a
+    node (NVLink on an A100 board; an assumption): the labelled parameters of a SYNTHETIC nccl-tests table
+    or NCCL log, named in its first line. Taught in chapter 29 (the 13B case's 25 Gb/s link)."""
+    gbit_s = checks.positive("gbit_s", gbit_s)
+    nodes = checks.count("nodes", nodes)
+    tcp_share = checks.fraction("tcp_share", tcp_share, open_low=True)
+    return Fabric(f"{gpus_per_node}gpu-{nodes}node-{gbit_s:g}gbe", gpu, nodes, checks.count("gpus_per_node", gpus_per_node),
+                  intra_alpha_s=5e-6, intra_bw=checks.positive("intra_gb_s", intra_gb_s) * 1e9, inter_alpha_s=25e-6,
+                  inter_bw=tcp_share * gbit_s / 8 * 1e9, network="Socket", intra_transport="P2P/CUMEM")
 
 
 def synthetic_nccl_tests(fab: Fabric | str = "h100-nvlink-node", op: str = "all_reduce", *, min_bytes: int = 8,

@@ -167,6 +167,10 @@ class TrainConfig:
     resume_from: str | None = None      # a checkpoint directory, or "latest" under checkpoint_dir
     fail_at_step: int | None = None     # rank fail_rank os._exit's at the start of this step, once (marker file)
     fail_rank: int = 0
+    # a slow link between "nodes" of consecutive ranks (chapter 29, labkit.train.slow_link): DDP buckets whose
+    # group spans nodes wait for a flat ring all-reduce of their bytes over inter_node_gbit_s
+    ranks_per_node: int | None = None   # ranks per "node" (None = no slow link)
+    inter_node_gbit_s: float | None = None  # the link between "nodes", Gb/s
 
     def __post_init__(self):
         from labkit.model_config import ATTENTIONS, SIZES
@@ -236,6 +240,9 @@ class TrainConfig:
         from labkit.train.fault_options import validate
 
         validate(self, bad)
+        from labkit.train.slow_link import check_config
+
+        check_config(self, bad)
 
     def _check_ddp_knobs(self, bad) -> None:
         """Chapter 19's DDP knobs: ``bucket_cap_mb`` (None = torch's default, 25 MiB with a 1 MiB first

@@ -325,6 +325,10 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
         from labkit.train.parallel import layout
 
         record.extra["layout"] = layout(cfg, n, rank)
+    if cfg.inter_node_gbit_s:
+        from labkit.train.slow_link import report as link_report
+
+        record.extra["slow_link"] = link_report()
     if cfg.cuda_graphs:
         record.extra["cuda_graphs"] = dict(getattr(model, "labkit_cuda_graphs", {}))
     hook_state = getattr(getattr(model, "_orig_mod", model), "labkit_comm_hook_state", None)

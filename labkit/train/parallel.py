@@ -126,6 +126,10 @@ def _model_parallel(model, cfg, device, n: int):
             part = DDP(part, process_group=mesh["dp"].get_group(), bucket_cap_mb=cfg.bucket_cap_mb,
                        device_ids=[device] if device.type == "cuda" else None,
                        find_unused_parameters=cfg.pp > 1)   # pp: no bucket rebuild (one backward per micro-batch)
+            if cfg.inter_node_gbit_s:                 # chapter 29: a slow link between "nodes"
+                from labkit.train.slow_link import install
+
+                install(part, cfg, mesh["dp"].get_group())
         elif cfg.parallel == "fsdp":
             part = _fsdp2(part, cfg, device, shape["dp"], mesh=mesh["dp"])
         return part
@@ -243,6 +247,10 @@ def parallelize(model, cfg, device):
                     gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph)
         if cfg.comm_hook:
             model.labkit_comm_hook_state = comm_hook(model, cfg, device)   # PowerSGD's counters, read by the loop
+        if cfg.inter_node_gbit_s:                     # chapter 29: a slow link between "nodes"
+            from labkit.train.slow_link import install
+
+            install(model, cfg)
     elif cfg.parallel == "fsdp":
         model = _fsdp2(model, cfg, device, n)
     elif cfg.parallel == "fsdp1":

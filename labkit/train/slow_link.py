@@ -1,0 +1,112 @@
+"""A slow link between "nodes" of ranks on one machine: ``TrainConfig(ranks_per_node=…, inter_node_gbit_s=…)``.
+
+On one CPU every gloo rank talks over loopback, so there is no slow network to scale out over. This
+injects one: consecutive ranks ``ranks_per_node`` at a time form a "node", and every DDP gradient
+bucket whose data-parallel group spans more than one node is held back, before its all-reduce, by the
+time a flat ring all-reduce of the bucket's bytes takes when its slowest hop is an
+``inter_node_gbit_s`` link (:func:`labkit.comm.ring_time` with α = 0, β = 8 / (Gb/s · 10⁹) s per byte: a
+ring step waits for its slowest hop, as NCCL's flat rings do — Thakur, Rabenseifner & Gropp 2005).
+Buckets inside one node pay nothing extra.
+
+It charges the **data-parallel gradient traffic** only (a DDP communication hook). Tensor- and
+pipeline-parallel traffic is not charged, so a layout whose TP or PP group would span nodes is refused
+(put TP and PP inside a node — the fix chapter 29 measures); under accumulation with ``no_sync`` the
+buckets of the non-last micro-batches are not all-reduced and pay nothing, as on a real cluster.
+
+``report()`` is what the rank's run record keeps under ``extra["slow_link"]``: buckets delayed and the
+seconds injected. Taught in chapter 29 (case review: more GPUs, slower training).
+"""
+from __future__ import annotations
+
+import time
+
+from labkit import checks
+
+__all__ = ["check_config", "node_of", "spans_nodes", "delay_s", "install", "report", "check_layout"]
+
+_STATE = {"buckets": 0, "bytes": 0, "injected_s": 0.0, "spans": False}
+
+
+def check_config(cfg, bad) -> None:
+    """``ranks_per_node`` and ``inter_node_gbit_s`` come together, with ``parallel="ddp"`` and no other DDP
+    communication hook (the link is one). Taught in chapter 29."""
+    a, b = cfg.ranks_per_node, cfg.inter_node_gbit_s
+    if a is None and b is None:
+        return
+    if a is None or b is None:
+        bad("inter_node_gbit_s" if b is None else "ranks_per_node",
+            "a slow inter-node link needs both ranks_per_node (ranks per 'node') and inter_node_gbit_s (the link)")
+    checks.count("TrainConfig.ranks_per_node", a)
+    checks.positive("TrainConfig.inter_node_gbit_s", b)
+    if cfg.parallel != "ddp":
+        bad("parallel", "the slow inter-node link delays DDP gradient buckets: use parallel='ddp' with it")
+    if cfg.comm_hook is not None:
+        bad("comm_hook", "the slow inter-node link is itself a DDP communication hook: use comm_hook=None with it")
+
+
+def node_of(rank: int, ranks_per_node: int) -> int:
+    """The "node" of a rank: consecutive ranks, ``ranks_per_node`` per node. Taught in chapter 29."""
+    return checks.count("rank", rank, at_least=0) // checks.count("ranks_per_node", ranks_per_node)
+
+
+def spans_nodes(ranks, ranks_per_node: int) -> bool:
+    """Whether a group of global ranks sits on more than one "node". Taught in chapter 29."""
+    return len({node_of(r, ranks_per_node) for r in ranks}) > 1
+
+
+def delay_s(nbytes: float, group_size: int, gbit_s: float) -> float:
+    """Seconds a flat ring all-reduce of ``nbytes`` over ``group_size`` ranks spends on an ``gbit_s`` link
+    (bandwidth term only: 2(n−1)/n · S · β). Taught in chapter 29."""
+    from labkit.comm.models import ring_time
+
+    n = checks.count("group_size", group_size)
+    if n == 1:
+        return 0.0
+    return ring_time("all_reduce", checks.nonneg("nbytes", nbytes), n, alpha=0.0,
+                     beta=8.0 / (checks.positive("gbit_s", gbit_s) * 1e9))
+
+
+def check_layout(cfg, n: int) -> None:
+    """Refuse a layout whose TP or PP group spans "nodes" (that traffic is not charged) and a world that is
+    not whole nodes. Taught in chapter 29."""
+    g = cfg.ranks_per_node
+    if n % g:
+        raise ValueError(f"ranks_per_node={g} does not divide the {n} ranks: the 'nodes' must be whole")
+    if g % cfg.tp:
+        raise ValueError(f"tp={cfg.tp} does not divide ranks_per_node={g}: a TP group would span 'nodes', and the "
+                         "slow link charges DP gradient traffic only; keep TP inside a node")
+    if cfg.pp > 1 and g < n:
+        raise ValueError(f"pp={cfg.pp} stages span 'nodes' of {g} ranks (pp is the outermost mesh dimension): the slow "
+                         "link charges DP gradient traffic only; use pp with ranks_per_node equal to the world size")
+
+
+def install(ddp, cfg, group=None) -> None:
+    """Register the slow link on a DDP model whose data-parallel ``group`` (None = the world) is known: a
+    bucket of a group spanning nodes sleeps :func:`delay_s` then all-reduces. Taught in chapter 29."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
+    check_layout(cfg, dist.get_world_size())
+    span = spans_nodes(ranks, cfg.ranks_per_node)
+    _STATE.update(buckets=0, bytes=0, injected_s=0.0, spans=span, group_size=len(ranks),
+                  ranks_per_node=cfg.ranks_per_node, gbit_s=cfg.inter_node_gbit_s)
+
+    def hook(pg, bucket):
+        buf = bucket.buffer()
+        nbytes = buf.numel() * buf.element_size()
+        if span:
+            d = delay_s(nbytes, len(ranks), cfg.inter_node_gbit_s)
+            time.sleep(d)
+            _STATE["injected_s"] += d
+        _STATE["buckets"] += 1
+        _STATE["bytes"] += nbytes
+        return default_hooks.allreduce_hook(pg, bucket)
+
+    ddp.register_comm_hook(group, hook)
+
+
+def report() -> dict:
+    """This rank's slow-link counters: buckets all-reduced, their bytes, whether its DP group spans nodes and
+    the seconds injected over the whole run. Taught in chapter 29."""
+    return dict(_STATE)
