@@ -36,6 +36,7 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.recompute_core = False   # chapter 21's "attention" policy: recompute QKᵀ, softmax, ·V in backward
+        self.context_parallel = None  # chapter 26: (q, k, v) -> y, ring attention over the cp ranks
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -45,7 +46,9 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.view(B, T, -1, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
         # labkit.attention: naive (Vaswani et al. 2017, eq. 1, the T×T scores materialised), sdpa, or one
         # SDPA backend forced through torch.nn.attention.sdpa_kernel
-        if self.recompute_core and torch.is_grad_enabled():   # keep q, k, v; drop what the core saves
+        if self.context_parallel is not None:   # labkit.train.context_parallel: this rank's tokens, keys from the ring
+            y = self.context_parallel(q, k, v)
+        elif self.recompute_core and torch.is_grad_enabled():   # keep q, k, v; drop what the core saves
             y = _checkpoint(attend, q, k, v, self.attention, causal=True, dropout_p=self.dropout,
                             training=self.training, use_reentrant=False)
         else:
@@ -105,6 +108,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(config.d_model)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.head.weight = self.tok_emb.weight   # tied embeddings (GPT-2)
+        self.context_parallel = None   # chapter 26: cuts each batch to this rank's tokens (labkit.train.context_parallel)
         self.apply(self._init)
         for name, p in self.named_parameters():  # GPT-2 scaled init of residual projections
             if name.endswith("proj.weight"):
@@ -123,10 +127,12 @@ class GPT(nn.Module):
         """Parameters counted once (the tied embedding once)."""
         return sum(p.numel() for p in self.parameters())
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+    def embed(self, idx: torch.Tensor, pos: torch.Tensor | None = None) -> torch.Tensor:
         """Token + position embeddings of ``idx`` (B, T) → (B, T, d): what the first pipeline stage runs
-        before its blocks (chapter 24)."""
-        pos = torch.arange(idx.shape[1], device=idx.device)
+        before its blocks (chapter 24); ``pos``: the tokens' positions (default 0…T−1; chapter 26's
+        context parallelism gives each rank's own)."""
+        if pos is None:
+            pos = torch.arange(idx.shape[1], device=idx.device)
         return self.drop(self.tok_emb(idx) + self.pos_emb(pos))
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -137,7 +143,10 @@ class GPT(nn.Module):
         B, T = idx.shape
         if T > self.config.seq_len:
             raise ValueError(f"sequence length {T} exceeds the model's seq_len={self.config.seq_len}")
-        x = self.embed(idx)
+        pos = None
+        if self.context_parallel is not None:     # chapter 26: keep this rank's share of each sequence
+            idx, targets, pos = self.context_parallel.shard(idx, targets)
+        x = self.embed(idx, pos)
         for block in self.blocks:
             x = block(x)
         logits = self.logits(x)

@@ -20,6 +20,8 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   (``"gpipe"``, ``"1f1b"``, ``"interleaved1f1b"`` with ``virtual_stages`` chunks per rank) whose
   micro-batches are the ``accum`` micro-batches; ``parallel`` then applies over the remaining
   dp = ranks / (tp·pp) ("single" when dp = 1);
+- **context parallelism** (chapter 26; :mod:`labkit.train.context_parallel`): ``cp`` ranks share each
+  sequence, attention by a ring over them (``cp_balanced``: causal load balancing); dp = ranks / cp;
 - **fusion and launch overhead** (chapter 17): ``optimizer_impl`` = ``"auto"`` (torch's choice),
   ``"for-loop"`` (one set of ops per parameter tensor), ``"foreach"`` (horizontally fused ``_foreach_*``
   ops over all tensors) or ``"fused"`` (one fused AdamW kernel), built by :mod:`labkit.train.optim`;
@@ -146,6 +148,9 @@ class TrainConfig:
     pp_schedule: str = "1f1b"           # one of PP_SCHEDULES
     virtual_stages: int = 1             # model chunks per pipeline rank (interleaved1f1b: ≥ 2)
     sequence_parallel: bool = False     # with tp > 1: activations between TP regions split along the sequence
+    # context parallelism (chapter 26, labkit.train.context_parallel): each sequence split over cp ranks
+    cp: int = 1                         # ranks sharing one sequence; attention by a ring (labkit.ring_attention)
+    cp_balanced: bool = True            # rank r holds chunks r and 2cp−1−r (causal load balancing)
     # adaptive accumulation and its safeguards (chapter 25, labkit.train.adaptive)
     accum_start: int = 1                # accum="adaptive": the first steps' accumulation
     accum_window: int = 10              # steps whose comm/compute ratios are averaged (the source's 10)

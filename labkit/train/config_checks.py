@@ -44,6 +44,9 @@ def check_model_parallel(cfg, bad) -> None:
     if cfg.pp > 1 and cfg.pp_schedule == "interleaved1f1b" and cfg.accum % max(1, cfg.accum // cfg.pp):
         bad("accum", f"interleaved1f1b runs rounds of accum // pp micro-batches: accum={cfg.accum} must be a "
             f"multiple of {cfg.accum // cfg.pp} (e.g. a multiple of pp={cfg.pp})")
+    from labkit.train.context_parallel import check_config
+
+    check_config(cfg, bad)                                  # chapter 26's cp, cp_balanced
     if cfg.tp * cfg.pp > 1:
         rules = {"compile": cfg.compile, "cpu_offload": cfg.cpu_offload, "grad_stats": cfg.grad_stats,
                  "comm_hook": cfg.comm_hook is not None, "inject": cfg.inject != "none",

@@ -321,7 +321,7 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
         record.extra["probe"] = probed
     if ckpt is not None:
         record.extra["checkpoint"] = ckpt.extra(cfg.steps - start, final_wait)
-    if cfg.tp * cfg.pp > 1:
+    if cfg.tp * cfg.pp * cfg.cp > 1:
         from labkit.train.parallel import layout
 
         record.extra["layout"] = layout(cfg, n, rank)
