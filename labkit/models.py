@@ -11,6 +11,8 @@ Attention (chapter 16) is :func:`labkit.attention.attend`: ``"naive"`` (explicit
 the T×T score matrix is materialised), ``"sdpa"`` (``F.scaled_dot_product_attention``, PyTorch picks the
 backend) or one backend forced (``"flash"``, ``"math"``, ``"efficient"``, ``"cudnn"``).
 
+With ``n_experts`` ≥ 2 every block's MLP is a top-k mixture of experts (:class:`labkit.moe.MoE`, chapter 26).
+
 Taught in chapter 3 (the model whose FLOPs we count) and chapter 16 (attention kernels, recomputation).
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from labkit.attention import attend
 from labkit.model_config import ATTENTIONS, SIZES, GPTConfig, gpt_config  # noqa: F401 - re-exported
+from labkit.moe import MoE, aux_loss
 
 
 class CausalSelfAttention(nn.Module):
@@ -76,7 +79,7 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(cfg.d_model)
         self.attn = CausalSelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.mlp = MLP(cfg)
+        self.mlp = MoE(cfg, lambda: MLP(cfg)) if cfg.n_experts else MLP(cfg)   # chapter 26: a top-k mixture of MLPs (labkit.moe)
         self.checkpoint = cfg.checkpoint
 
     def _forward(self, x):
@@ -153,4 +156,6 @@ class GPT(nn.Module):
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+            if self.config.aux_loss_coef:      # chapter 26: Switch's load-balancing loss, summed over MoE layers
+                loss = loss + self.config.aux_loss_coef * aux_loss(self)
         return logits, loss

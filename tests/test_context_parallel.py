@@ -75,7 +75,7 @@ def test_cp_configs_are_checked():
         BASE.replace(cp=2, parallel="ddp", seq_len=62)
     with pytest.raises(ValueError, match=r"TrainConfig.parallel='single'.*use parallel='ddp' or 'fsdp'"):
         BASE.replace(cp=2)
-    for bad in ({"tp": 2}, {"checkpoint": True}, {"compile": True}, {"inject": "comm"}):
+    for bad in ({"tp": 2}, {"checkpoint": True}, {"compile": True}, {"inject": "comm"}, {"moe_experts": 4}):
         with pytest.raises(ValueError, match="not supported with cp=2"):
             BASE.replace(cp=2, parallel="ddp", **bad)
     with pytest.raises(ValueError, match="TrainConfig.cp"):

@@ -50,6 +50,10 @@ def register(subparsers) -> None:
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (chapter 24)")
     p.add_argument("--pp-schedule", default="1f1b", choices=PP_SCHEDULES)
     p.add_argument("--virtual-stages", type=int, default=1, help="model chunks per pipeline rank (interleaved)")
+    p.add_argument("--moe-experts", type=int, default=0, help="experts per MoE layer (0 = dense MLPs; chapter 26)")
+    p.add_argument("--moe-top-k", type=int, default=2, help="with --moe-experts: experts per token")
+    p.add_argument("--moe-aux-loss", type=float, default=0.0, help="with --moe-experts: balance-loss weight")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks, sharing the dp ranks (chapter 26)")
     p.add_argument("--sequence-parallel", action="store_true", help="with --tp: split activations along the sequence")
     p.add_argument("--cp", type=int, default=1, help="context-parallel ranks sharing each sequence: ring attention "
                    "(chapter 26; needs --parallel ddp or fsdp, the default with more ranks)")
@@ -119,6 +123,8 @@ def handle(args) -> int:
     cfg = TrainConfig(model=args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, accum=accum,
                       tp=args.tp, pp=args.pp, pp_schedule=args.pp_schedule, virtual_stages=args.virtual_stages,
                       sequence_parallel=args.sequence_parallel, cp=args.cp, cp_balanced=not args.cp_contiguous,
+                      moe_experts=args.moe_experts,
+                      moe_top_k=args.moe_top_k, moe_aux_loss=args.moe_aux_loss, ep=args.ep,
                       steps=args.steps, warmup_steps=args.warmup_steps, dtype=args.dtype, parallel=parallel,
                       checkpoint=args.checkpoint, compile=args.compile, attention=args.attention,
                       num_workers=args.num_workers, profile_dir=args.profile_dir, peak_flops=args.peak_flops,
@@ -161,6 +167,10 @@ def handle(args) -> int:
         if "cp_chunks" in lay:
             extra += f"; rank 0 holds sequence chunks {lay['cp_chunks']} of {2 * lay['mesh']['cp']}"
         print(f"layout: mesh {mesh} (dp strategy {lay['dp_strategy']}){extra}")
+    moe = record.extra.get("moe")
+    if moe:
+        print(f"moe: {moe['experts']} experts, top-{moe['top_k']}, ep={moe['ep']}; load imbalance (max/mean tokens "
+              f"per expert) mean {moe['imbalance_mean']:.2f}, max {moe['imbalance_max']:.2f}")
     ck = record.extra.get("checkpoint")
     if ck:
         print(f"checkpoints: {ck['n_saves']} {ck['mode']} saves, median stall {(ck['stall_s_median'] or 0) * 1e3:.0f} ms"

@@ -88,8 +88,9 @@ def check_config(cfg, bad) -> None:
     rules = {"tp": cfg.tp > 1, "pp": cfg.pp > 1, "checkpoint": cfg.checkpoint_policy != "none",
              "compile": cfg.compile, "cuda_graphs": cfg.cuda_graphs, "inject": cfg.inject != "none",
              "accum": cfg.adaptive, "val_every": cfg.val_every > 0, "comm_hook": cfg.comm_hook is not None,
-             "checkpoint_every": cfg.checkpoint_every > 0 or cfg.resume_from is not None}
+             "checkpoint_every": cfg.checkpoint_every > 0 or cfg.resume_from is not None,
+             "moe_experts": cfg.moe_experts > 0}
     for name, used in rules.items():
         if used:
             bad(name, f"not supported with cp={cfg.cp} in labkit (context parallelism runs with tp = pp = 1, "
-                "eager, no recomputation, a fixed accum, no injections, evaluation or checkpoints)")
+                "eager, no recomputation, a fixed accum, no injections, evaluation or checkpoints, dense MLPs)")

@@ -246,7 +246,7 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
 
     probed = {}
     scaler = _scaler(cfg, device)                          # chapter 18: loss scaling and its log
-    scale_log, grad_log = [], []
+    scale_log, grad_log, moe_log = [], [], []
 
     from labkit.train.adaptive import AdaptiveRun, held_out
 
@@ -255,6 +255,10 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
 
     def step(meter=None, pad=None, last=False, stall=0.0, accum=None):
         loss = forward_backward(model, batches, cfg, device, meter, scaler, accum)
+        if cfg.moe_experts:                   # chapter 26: expert gradients (ep > 1), the step's routing counts
+            from labkit.train.expert_parallel import after_backward
+
+            moe_log.append(after_backward(model, meter.phase if meter else lambda _: contextlib.nullcontext()))
         if scaler is not None or cfg.dtype == "fp16" or cfg.grad_stats:
             _monitor(model, opt, scaler, scale_log, grad_log, cfg)
         if cfg.max_grad_norm is not None:     # chapter 25: once, after the last micro-batch, on unscaled grads
@@ -325,6 +329,10 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
         from labkit.train.parallel import layout
 
         record.extra["layout"] = layout(cfg, n, rank)
+    if cfg.moe_experts:                                    # chapter 26: tokens per expert, load imbalance
+        from labkit.train.expert_parallel import moe_record
+
+        record.extra["moe"] = moe_record(moe_log[-cfg.steps:], model, cfg, n)
     if cfg.cuda_graphs:
         record.extra["cuda_graphs"] = dict(getattr(model, "labkit_cuda_graphs", {}))
     hook_state = getattr(getattr(model, "_orig_mod", model), "labkit_comm_hook_state", None)

@@ -31,11 +31,18 @@ then per stage checkpointing and DDP / FSDP2 over ``dp`` (DDP over tensor-parall
 ``_pre_dp_module_transform``, which hands DDP their local shards). The data is sharded over ``dp`` only:
 the ranks of one tp/pp group read the same micro-batches.
 
+With ``ep`` > 1 (chapter 26, a MoE GPT: :mod:`labkit.train.expert_parallel`) expert parallelism shares the dp
+ranks (DeepSpeed-MoE's and torchtitan's choice; tp = pp = cp = 1 here): the dp ranks are factored as
+``(edp, ep)``, each ep group splits every MoE layer's experts evenly and exchanges tokens with two
+``all_to_all_single`` per layer forward, DDP all-reduces the non-expert gradients over all dp ranks and the
+expert gradients are reduced over their edp group.
+
 :func:`sync_context` switches gradient synchronisation off for all but the last micro-batch of an
 accumulation (DDP and FSDP1 ``no_sync()``; FSDP2 ``set_requires_gradient_sync``) unless ``no_sync=False``,
 and with FSDP2 ``reshard_after_backward=False`` keeps parameters unsharded between micro-batches.
 
-Taught in chapter 19 (DDP), chapter 20 (FSDP) and chapter 24 (tensor and pipeline parallelism).
+Taught in chapter 19 (DDP), chapter 20 (FSDP), chapter 24 (tensor and pipeline parallelism) and chapter 26
+(expert parallelism).
 """
 from __future__ import annotations
 
@@ -237,6 +244,10 @@ def parallelize(model, cfg, device):
     import torch
 
     n, _ = world()
+    if cfg.ep > 1:                    # chapter 26: experts split over ep, DDP over the rest
+        from labkit.train.expert_parallel import parallelize_ep
+
+        return parallelize_ep(model, cfg, device, n)
     if cfg.tp * cfg.pp > 1:
         return _model_parallel(model, cfg, device, n)
     if getattr(cfg, "cp", 1) > 1:        # chapter 26: ring attention over cp; DDP/FSDP2 below reduce over dp·cp
