@@ -20,6 +20,9 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
 With ``pp`` > 1 (chapter 24) the pipeline schedule's ``step`` takes the place of the forward/backward of the
 ``accum`` micro-batches (:func:`labkit.train.pipeline.step`: phases ``data``, ``pipeline``, ``comm``) — the same
 loop, data, optimizer and record; with ``tp`` > 1 the model's blocks are split but the loop is unchanged.
+With ``moe_experts`` (chapter 26) the loop only adds, after each step's last backward, the expert-gradient
+reduction of ``ep`` > 1 and the step's routing counts (:func:`labkit.train.expert_parallel.after_backward`,
+``record.extra["moe"]``).
 
 Parallelism is applied from outside the model by :func:`labkit.train.parallel.parallelize`; bottleneck
 injections by :mod:`labkit.train.inject`; the record is built by :mod:`labkit.train.report`. With
