@@ -39,6 +39,9 @@ class GPTConfig:
     attention: str = "sdpa"          # one of ATTENTIONS (labkit.attention)
     checkpoint: bool = False         # activation checkpointing of every block (recompute in backward)
     dropout: float = 0.0
+    n_experts: int = 0               # chapter 26: 0 = the dense MLP; ≥ 2 = a top-k MoE of that many MLPs (labkit.moe)
+    top_k: int = 2                   # MoE: experts per token (≤ n_experts)
+    aux_loss_coef: float = 0.0       # MoE: weight of the Switch balance loss added to the loss (0 = off)
 
     def __post_init__(self):
         # frozen: checked values (a NumPy int becomes a plain int) are stored with object.__setattr__
@@ -52,6 +55,14 @@ class GPTConfig:
         checks.one_of("attention", self.attention, ATTENTIONS)
         put("checkpoint", checks.flag("checkpoint", self.checkpoint))
         put("dropout", checks.number("dropout", self.dropout, low=0, high=1, high_open=True))
+        put("n_experts", checks.count("n_experts", self.n_experts, at_least=0))
+        put("top_k", checks.count("top_k", self.top_k))
+        put("aux_loss_coef", checks.nonneg("aux_loss_coef", self.aux_loss_coef))
+        if self.n_experts == 1:
+            raise ValueError("GPTConfig: n_experts=1 is not valid: use 0 for the dense MLP or ≥ 2 experts for a MoE")
+        if self.n_experts and self.top_k > self.n_experts:
+            raise ValueError(f"GPTConfig: top_k={self.top_k} must be ≤ n_experts={self.n_experts} "
+                             "(each token picks top_k distinct experts)")
 
     @property
     def ff(self) -> int:
@@ -59,10 +70,12 @@ class GPTConfig:
 
     def shape(self):
         """The :class:`labkit.flops.ModelShape` of this model (GELU MLP, biases, learned positions, tied
-        embeddings): ``labkit.flops.n_params(cfg.shape()) == GPT(cfg).n_params()`` exactly."""
+        embeddings; a MoE's experts and top-k): ``labkit.flops.n_params(cfg.shape()) == GPT(cfg).n_params()``
+        exactly."""
         from labkit.flops import ModelShape
 
-        return ModelShape(n_layers=self.n_layers, d_model=self.d_model, n_heads=self.n_heads,
+        moe = dict(n_experts=self.n_experts, top_k=self.top_k) if self.n_experts else {}
+        return ModelShape(**moe, n_layers=self.n_layers, d_model=self.d_model, n_heads=self.n_heads,
                           vocab_size=self.vocab_size, seq_len=self.seq_len, d_ff=self.ff,
                           ffn="gelu", tied_embeddings=True, bias=True, norm="layernorm", pos_emb="learned")
 

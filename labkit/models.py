@@ -11,6 +11,8 @@ Attention (chapter 16) is :func:`labkit.attention.attend`: ``"naive"`` (explicit
 the T×T score matrix is materialised), ``"sdpa"`` (``F.scaled_dot_product_attention``, PyTorch picks the
 backend) or one backend forced (``"flash"``, ``"math"``, ``"efficient"``, ``"cudnn"``).
 
+With ``n_experts`` ≥ 2 every block's MLP is a top-k mixture of experts (:class:`labkit.moe.MoE`, chapter 26).
+
 Taught in chapter 3 (the model whose FLOPs we count) and chapter 16 (attention kernels, recomputation).
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from labkit.attention import attend
 from labkit.model_config import ATTENTIONS, SIZES, GPTConfig, gpt_config  # noqa: F401 - re-exported
+from labkit.moe import MoE, aux_loss
 
 
 class CausalSelfAttention(nn.Module):
@@ -36,6 +39,7 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.recompute_core = False   # chapter 21's "attention" policy: recompute QKᵀ, softmax, ·V in backward
+        self.context_parallel = None  # chapter 26: (q, k, v) -> y, ring attention over the cp ranks
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -45,7 +49,9 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.view(B, T, -1, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
         # labkit.attention: naive (Vaswani et al. 2017, eq. 1, the T×T scores materialised), sdpa, or one
         # SDPA backend forced through torch.nn.attention.sdpa_kernel
-        if self.recompute_core and torch.is_grad_enabled():   # keep q, k, v; drop what the core saves
+        if self.context_parallel is not None:   # labkit.train.context_parallel: this rank's tokens, keys from the ring
+            y = self.context_parallel(q, k, v)
+        elif self.recompute_core and torch.is_grad_enabled():   # keep q, k, v; drop what the core saves
             y = _checkpoint(attend, q, k, v, self.attention, causal=True, dropout_p=self.dropout,
                             training=self.training, use_reentrant=False)
         else:
@@ -73,7 +79,7 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(cfg.d_model)
         self.attn = CausalSelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.mlp = MLP(cfg)
+        self.mlp = MoE(cfg, lambda: MLP(cfg)) if cfg.n_experts else MLP(cfg)   # chapter 26: a top-k mixture of MLPs (labkit.moe)
         self.checkpoint = cfg.checkpoint
 
     def _forward(self, x):
@@ -105,6 +111,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(config.d_model)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.head.weight = self.tok_emb.weight   # tied embeddings (GPT-2)
+        self.context_parallel = None   # chapter 26: cuts each batch to this rank's tokens (labkit.train.context_parallel)
         self.apply(self._init)
         for name, p in self.named_parameters():  # GPT-2 scaled init of residual projections
             if name.endswith("proj.weight"):
@@ -123,10 +130,12 @@ class GPT(nn.Module):
         """Parameters counted once (the tied embedding once)."""
         return sum(p.numel() for p in self.parameters())
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+    def embed(self, idx: torch.Tensor, pos: torch.Tensor | None = None) -> torch.Tensor:
         """Token + position embeddings of ``idx`` (B, T) → (B, T, d): what the first pipeline stage runs
-        before its blocks (chapter 24)."""
-        pos = torch.arange(idx.shape[1], device=idx.device)
+        before its blocks (chapter 24); ``pos``: the tokens' positions (default 0…T−1; chapter 26's
+        context parallelism gives each rank's own)."""
+        if pos is None:
+            pos = torch.arange(idx.shape[1], device=idx.device)
         return self.drop(self.tok_emb(idx) + self.pos_emb(pos))
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -137,11 +146,16 @@ class GPT(nn.Module):
         B, T = idx.shape
         if T > self.config.seq_len:
             raise ValueError(f"sequence length {T} exceeds the model's seq_len={self.config.seq_len}")
-        x = self.embed(idx)
+        pos = None
+        if self.context_parallel is not None:     # chapter 26: keep this rank's share of each sequence
+            idx, targets, pos = self.context_parallel.shard(idx, targets)
+        x = self.embed(idx, pos)
         for block in self.blocks:
             x = block(x)
         logits = self.logits(x)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+            if self.config.aux_loss_coef:      # chapter 26: Switch's load-balancing loss, summed over MoE layers
+                loss = loss + self.config.aux_loss_coef * aux_loss(self)
         return logits, loss

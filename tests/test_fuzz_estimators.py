@@ -42,6 +42,7 @@ import labkit.memory.deepspeed
 import labkit.memory.estimate
 import labkit.mfu
 import labkit.model_config
+import labkit.moe_stats
 import labkit.perf
 import labkit.perf.steptime
 import labkit.roofline
@@ -58,7 +59,8 @@ MODULES = [labkit.flops, labkit.shapes, labkit.batch, labkit.model_config, labki
            labkit.hardware.catalogue,
            # issue #28: the newer public API (perf planner and predictor, claims, faults, integrations)
            labkit.perf, labkit.claims, labkit.faults, labkit.integrations,
-           labkit.comm.buckets]   # chapter 19: DDP's bucket rule and the α–β bucket schedule
+           labkit.comm.buckets,
+           labkit.moe_stats]      # chapter 26: MoE load imbalance and Switch's balance loss   # chapter 19: DDP's bucket rule and the α–β bucket schedule
 LABKIT_DIR = os.path.dirname(labkit.__file__)
 NAN, INF = float("nan"), float("inf")
 
@@ -201,9 +203,16 @@ def _specs() -> list[Spec]:
         # ---- model_config
         Spec("model_config.GPTConfig", GPTConfig,
              dict(n_layers=2, d_model=64, n_heads=4, vocab_size=100, seq_len=32, d_ff=None, attention="sdpa",
-                  checkpoint=False, dropout=0.0),
+                  checkpoint=False, dropout=0.0, n_experts=0, top_k=2, aux_loss_coef=0.0),
              dict(n_layers="count", d_model="count", n_heads="count", vocab_size="count", seq_len="count",
-                  d_ff="optcount", attention="choice", checkpoint="flag", dropout="frac_open1")),
+                  d_ff="optcount", attention="choice", checkpoint="flag", dropout="frac_open1", n_experts="count0",
+                  top_k="count", aux_loss_coef="nonneg")),
+        # ---- moe_stats (chapter 26)
+        Spec("moe_stats.load_imbalance", labkit.moe_stats.load_imbalance, dict(counts=[3, 1, 2, 2]),
+             dict(counts="array_nonneg")),
+        Spec("moe_stats.balance_loss", labkit.moe_stats.balance_loss,
+             dict(fractions=[0.5, 0.25, 0.25], probs=[0.4, 0.3, 0.3]),
+             dict(fractions="array_nonneg", probs="array_nonneg")),
         Spec("model_config.gpt_config", mc.gpt_config, dict(name="tiny", seq_len=32, checkpoint=True),
              dict(name="choice", seq_len="optcount", checkpoint="optflag")),
         # ---- mfu

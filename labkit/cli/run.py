@@ -50,7 +50,15 @@ def register(subparsers) -> None:
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (chapter 24)")
     p.add_argument("--pp-schedule", default="1f1b", choices=PP_SCHEDULES)
     p.add_argument("--virtual-stages", type=int, default=1, help="model chunks per pipeline rank (interleaved)")
+    p.add_argument("--moe-experts", type=int, default=0, help="experts per MoE layer (0 = dense MLPs; chapter 26)")
+    p.add_argument("--moe-top-k", type=int, default=2, help="with --moe-experts: experts per token")
+    p.add_argument("--moe-aux-loss", type=float, default=0.0, help="with --moe-experts: balance-loss weight")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks, sharing the dp ranks (chapter 26)")
     p.add_argument("--sequence-parallel", action="store_true", help="with --tp: split activations along the sequence")
+    p.add_argument("--cp", type=int, default=1, help="context-parallel ranks sharing each sequence: ring attention "
+                   "(chapter 26; needs --parallel ddp or fsdp, the default with more ranks)")
+    p.add_argument("--cp-contiguous", action="store_true",
+                   help="with --cp: contiguous sequence chunks per rank (no causal load balancing)")
     p.add_argument("--sync-every-micro-batch", action="store_true",
                    help="gradient sync on every micro-batch, not only the last (no_sync=False; chapter 15)")
     p.add_argument("--keep-gathered", action="store_true",
@@ -103,18 +111,20 @@ def handle(args) -> int:
         "WORLD_SIZE" in os.environ and "LABKIT_RUN_DIR" not in os.environ and "RANK" in os.environ)
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun else None
     model_par = max(1, args.tp) * max(1, args.pp)           # ranks per model replica (tp · pp)
-    nprocs = world or args.nprocs or max(default_nprocs(), model_par)
+    nprocs = world or args.nprocs or max(default_nprocs(), model_par * max(1, args.cp))
     if nprocs < 1:
         raise ValueError(f"--nprocs {nprocs} is not valid; use ≥ 1")
-    parallel = args.parallel or ("ddp" if nprocs > model_par else "single")
+    parallel = args.parallel or ("ddp" if nprocs > model_par else "single")   # cp ranks reduce gradients as dp
     accum = args.accum if args.accum is not None else (args.pp if args.pp > 1 else 1)
     if accum != "adaptive" and args.accum_cap != 8:
         raise ValueError(f"--accum-cap {args.accum_cap} needs --accum adaptive (with a fixed --accum {accum} there is "
                          "nothing to cap)")
-    layout = f" tp{args.tp} pp{args.pp}" if model_par > 1 else ""
+    layout = (f" tp{args.tp} pp{args.pp}" if model_par > 1 else "") + (f" cp{args.cp}" if args.cp > 1 else "")
     cfg = TrainConfig(model=args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, accum=accum,
                       tp=args.tp, pp=args.pp, pp_schedule=args.pp_schedule, virtual_stages=args.virtual_stages,
-                      sequence_parallel=args.sequence_parallel,
+                      sequence_parallel=args.sequence_parallel, cp=args.cp, cp_balanced=not args.cp_contiguous,
+                      moe_experts=args.moe_experts,
+                      moe_top_k=args.moe_top_k, moe_aux_loss=args.moe_aux_loss, ep=args.ep,
                       steps=args.steps, warmup_steps=args.warmup_steps, dtype=args.dtype, parallel=parallel,
                       checkpoint=args.checkpoint, compile=args.compile, attention=args.attention,
                       num_workers=args.num_workers, profile_dir=args.profile_dir, peak_flops=args.peak_flops,
@@ -154,7 +164,13 @@ def handle(args) -> int:
         mesh = " × ".join(f"{k}={v}" for k, v in lay["mesh"].items())
         extra = (f"; {lay['pp_schedule']}, {lay['micro_batches']} micro-batches, bubble model (p−1)/(v·m) = "
                  f"{lay['bubble_predicted']:.3f}" if "pp_schedule" in lay else "")
+        if "cp_chunks" in lay:
+            extra += f"; rank 0 holds sequence chunks {lay['cp_chunks']} of {2 * lay['mesh']['cp']}"
         print(f"layout: mesh {mesh} (dp strategy {lay['dp_strategy']}){extra}")
+    moe = record.extra.get("moe")
+    if moe:
+        print(f"moe: {moe['experts']} experts, top-{moe['top_k']}, ep={moe['ep']}; load imbalance (max/mean tokens "
+              f"per expert) mean {moe['imbalance_mean']:.2f}, max {moe['imbalance_max']:.2f}")
     ck = record.extra.get("checkpoint")
     if ck:
         print(f"checkpoints: {ck['n_saves']} {ck['mode']} saves, median stall {(ck['stall_s_median'] or 0) * 1e3:.0f} ms"

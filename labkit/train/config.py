@@ -20,6 +20,11 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   (``"gpipe"``, ``"1f1b"``, ``"interleaved1f1b"`` with ``virtual_stages`` chunks per rank) whose
   micro-batches are the ``accum`` micro-batches; ``parallel`` then applies over the remaining
   dp = ranks / (tp·pp) ("single" when dp = 1);
+- **context parallelism** (chapter 26; :mod:`labkit.train.context_parallel`): ``cp`` ranks share each
+  sequence, attention by a ring over them (``cp_balanced``: causal load balancing); dp = ranks / cp;
+- **mixture of experts** (chapter 26; :mod:`labkit.moe`, :mod:`labkit.train.expert_parallel`): ``moe_experts``
+  top-k (``moe_top_k``) routed MLPs per block, ``moe_aux_loss`` the weight of Switch's balance loss, ``ep``
+  expert-parallel ranks sharing the dp ranks (parallel="ddp", tp = pp = 1);
 - **fusion and launch overhead** (chapter 17): ``optimizer_impl`` = ``"auto"`` (torch's choice),
   ``"for-loop"`` (one set of ops per parameter tensor), ``"foreach"`` (horizontally fused ``_foreach_*``
   ops over all tensors) or ``"fused"`` (one fused AdamW kernel), built by :mod:`labkit.train.optim`;
@@ -146,6 +151,14 @@ class TrainConfig:
     pp_schedule: str = "1f1b"           # one of PP_SCHEDULES
     virtual_stages: int = 1             # model chunks per pipeline rank (interleaved1f1b: ≥ 2)
     sequence_parallel: bool = False     # with tp > 1: activations between TP regions split along the sequence
+    # context parallelism (chapter 26, labkit.train.context_parallel): each sequence split over cp ranks
+    cp: int = 1                         # ranks sharing one sequence; attention by a ring (labkit.ring_attention)
+    cp_balanced: bool = True            # rank r holds chunks r and 2cp−1−r (causal load balancing)
+    # mixture of experts and expert parallelism (chapter 26; labkit.moe, labkit.train.expert_parallel)
+    moe_experts: int = 0                # 0 = dense MLPs; ≥ 2 = every block's MLP a top-k mixture of that many
+    moe_top_k: int = 2                  # experts per token
+    moe_aux_loss: float = 0.0           # weight of the Switch load-balancing loss (0 = off)
+    ep: int = 1                         # expert-parallel ranks (share the dp ranks; experts split evenly)
     # adaptive accumulation and its safeguards (chapter 25, labkit.train.adaptive)
     accum_start: int = 1                # accum="adaptive": the first steps' accumulation
     accum_window: int = 10              # steps whose comm/compute ratios are averaged (the source's 10)
@@ -236,6 +249,7 @@ class TrainConfig:
             checks.flag(f"TrainConfig.{name}", getattr(self, name))
         if not self.reshard_after_backward and self.parallel != "fsdp":
             bad("reshard_after_backward", "False applies to parallel='fsdp' (FSDP2 set_reshard_after_backward) only")
+        config_checks.check_moe(self, bad)
         config_checks.check_model_parallel(self, bad)
         from labkit.train.fault_options import validate
 
@@ -343,7 +357,9 @@ class TrainConfig:
         """The GPT's :class:`~labkit.model_config.GPTConfig` (checkpointing is applied by the trainer)."""
         from labkit.model_config import gpt_config
 
-        return gpt_config(self.model, seq_len=self.seq_len, attention=self.attention)
+        moe = (dict(n_experts=self.moe_experts, top_k=self.moe_top_k, aux_loss_coef=self.moe_aux_loss)
+               if self.moe_experts else {})
+        return gpt_config(self.model, seq_len=self.seq_len, attention=self.attention, **moe)
 
     @property
     def compute_dtype(self) -> str:

@@ -44,6 +44,9 @@ def check_model_parallel(cfg, bad) -> None:
     if cfg.pp > 1 and cfg.pp_schedule == "interleaved1f1b" and cfg.accum % max(1, cfg.accum // cfg.pp):
         bad("accum", f"interleaved1f1b runs rounds of accum // pp micro-batches: accum={cfg.accum} must be a "
             f"multiple of {cfg.accum // cfg.pp} (e.g. a multiple of pp={cfg.pp})")
+    from labkit.train.context_parallel import check_config
+
+    check_config(cfg, bad)                                  # chapter 26's cp, cp_balanced
     if cfg.tp * cfg.pp > 1:
         rules = {"compile": cfg.compile, "cpu_offload": cfg.cpu_offload, "grad_stats": cfg.grad_stats,
                  "comm_hook": cfg.comm_hook is not None, "inject": cfg.inject != "none",
@@ -54,6 +57,38 @@ def check_model_parallel(cfg, bad) -> None:
                     "composes with parallel='single', 'ddp' or 'fsdp', eager, without injections)")
         if cfg.scaling != "off":
             bad("loss_scale", "loss scaling is not supported with tp/pp > 1 here: use fp32 or bf16")
+
+
+def check_moe(cfg, bad) -> None:
+    """Chapter 26's knobs: experts, top-k, the balance loss and ep (ep dividing the dp ranks is checked where
+    the world is known: labkit.train.expert_parallel.ep_mesh)."""
+    checks.count("TrainConfig.moe_experts", cfg.moe_experts, at_least=0)
+    checks.count("TrainConfig.moe_top_k", cfg.moe_top_k)
+    checks.nonneg("TrainConfig.moe_aux_loss", cfg.moe_aux_loss)
+    checks.count("TrainConfig.ep", cfg.ep)
+    E = cfg.moe_experts
+    if E == 1:
+        bad("moe_experts", "use 0 (dense MLPs) or ≥ 2 experts")
+    if E and cfg.moe_top_k > E:
+        bad("moe_top_k", f"each token picks moe_top_k distinct experts: it must be ≤ moe_experts={E}")
+    if not E and (cfg.moe_aux_loss or cfg.ep > 1):
+        bad("moe_aux_loss" if cfg.moe_aux_loss else "ep", "it applies to a mixture of experts: set moe_experts ≥ 2")
+    if cfg.ep > 1 and E % cfg.ep:
+        bad("ep", f"moe_experts={E} must be divisible by ep (each rank holds moe_experts/ep experts)")
+    if not E:
+        return
+    rules = {"tp": cfg.tp > 1, "pp": cfg.pp > 1, "checkpoint": bool(cfg.checkpoint), "compile": cfg.compile,
+             "cuda_graphs": cfg.cuda_graphs, "inject": cfg.inject != "none"}
+    if cfg.ep > 1:
+        rules.update(parallel=cfg.parallel != "ddp", val_every=cfg.val_every > 0,
+                     max_grad_norm=cfg.max_grad_norm is not None, checkpoint_every=cfg.checkpoint_every > 0,
+                     resume_from=cfg.resume_from is not None, loss_scale=cfg.scaling != "off",
+                     comm_hook=cfg.comm_hook is not None)
+    for name, used in rules.items():
+        if used:
+            bad(name, f"not supported with moe_experts={E}, ep={cfg.ep} in labkit (a MoE runs with tp = pp = 1, "
+                "without recomputation, compile, CUDA graphs or injections; ep > 1 with parallel='ddp', no "
+                "held-out evaluation, clipping, checkpoints, loss scaling or comm hook)")
 
 
 def check_adaptive(cfg, bad) -> None:

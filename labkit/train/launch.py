@@ -32,7 +32,7 @@ def _check(cfgs, nprocs) -> None:
         if cfg.parallel == "single" and nprocs != cfg.tp * cfg.pp:
             raise ValueError(f"nprocs={nprocs} with parallel='single': use parallel='ddp' or 'fsdp' for > 1 rank"
                              + (f" (or nprocs = tp·pp = {cfg.tp * cfg.pp})" if cfg.tp * cfg.pp > 1 else ""))
-        if cfg.tp * cfg.pp > 1:
+        if cfg.tp * cfg.pp * cfg.cp > 1:
             from labkit.train.parallel import mesh_shape
 
             mesh_shape(cfg, nprocs)     # tp · pp · dp = nprocs, with a clear error

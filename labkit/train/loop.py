@@ -20,6 +20,9 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
 With ``pp`` > 1 (chapter 24) the pipeline schedule's ``step`` takes the place of the forward/backward of the
 ``accum`` micro-batches (:func:`labkit.train.pipeline.step`: phases ``data``, ``pipeline``, ``comm``) — the same
 loop, data, optimizer and record; with ``tp`` > 1 the model's blocks are split but the loop is unchanged.
+With ``moe_experts`` (chapter 26) the loop only adds, after each step's last backward, the expert-gradient
+reduction of ``ep`` > 1 and the step's routing counts (:func:`labkit.train.expert_parallel.after_backward`,
+``record.extra["moe"]``).
 
 Parallelism is applied from outside the model by :func:`labkit.train.parallel.parallelize`; bottleneck
 injections by :mod:`labkit.train.inject`; the record is built by :mod:`labkit.train.report`. With
@@ -246,7 +249,7 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
 
     probed = {}
     scaler = _scaler(cfg, device)                          # chapter 18: loss scaling and its log
-    scale_log, grad_log = [], []
+    scale_log, grad_log, moe_log = [], [], []
 
     from labkit.train.adaptive import AdaptiveRun, held_out
 
@@ -255,6 +258,10 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
 
     def step(meter=None, pad=None, last=False, stall=0.0, accum=None):
         loss = forward_backward(model, batches, cfg, device, meter, scaler, accum)
+        if cfg.moe_experts:                   # chapter 26: expert gradients (ep > 1), the step's routing counts
+            from labkit.train.expert_parallel import after_backward
+
+            moe_log.append(after_backward(model, meter.phase if meter else lambda _: contextlib.nullcontext()))
         if scaler is not None or cfg.dtype == "fp16" or cfg.grad_stats:
             _monitor(model, opt, scaler, scale_log, grad_log, cfg)
         if cfg.max_grad_norm is not None:     # chapter 25: once, after the last micro-batch, on unscaled grads
@@ -321,7 +328,7 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
         record.extra["probe"] = probed
     if ckpt is not None:
         record.extra["checkpoint"] = ckpt.extra(cfg.steps - start, final_wait)
-    if cfg.tp * cfg.pp > 1:
+    if cfg.tp * cfg.pp * cfg.cp > 1:
         from labkit.train.parallel import layout
 
         record.extra["layout"] = layout(cfg, n, rank)
@@ -329,6 +336,10 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
         from labkit.train.slow_link import report as link_report
 
         record.extra["slow_link"] = link_report()
+    if cfg.moe_experts:                                    # chapter 26: tokens per expert, load imbalance
+        from labkit.train.expert_parallel import moe_record
+
+        record.extra["moe"] = moe_record(moe_log[-cfg.steps:], model, cfg, n)
     if cfg.cuda_graphs:
         record.extra["cuda_graphs"] = dict(getattr(model, "labkit_cuda_graphs", {}))
     hook_state = getattr(getattr(model, "_orig_mod", model), "labkit_comm_hook_state", None)

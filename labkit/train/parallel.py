@@ -31,11 +31,18 @@ then per stage checkpointing and DDP / FSDP2 over ``dp`` (DDP over tensor-parall
 ``_pre_dp_module_transform``, which hands DDP their local shards). The data is sharded over ``dp`` only:
 the ranks of one tp/pp group read the same micro-batches.
 
+With ``ep`` > 1 (chapter 26, a MoE GPT: :mod:`labkit.train.expert_parallel`) expert parallelism shares the dp
+ranks (DeepSpeed-MoE's and torchtitan's choice; tp = pp = cp = 1 here): the dp ranks are factored as
+``(edp, ep)``, each ep group splits every MoE layer's experts evenly and exchanges tokens with two
+``all_to_all_single`` per layer forward, DDP all-reduces the non-expert gradients over all dp ranks and the
+expert gradients are reduced over their edp group.
+
 :func:`sync_context` switches gradient synchronisation off for all but the last micro-batch of an
 accumulation (DDP and FSDP1 ``no_sync()``; FSDP2 ``set_requires_gradient_sync``) unless ``no_sync=False``,
 and with FSDP2 ``reshard_after_backward=False`` keeps parameters unsharded between micro-batches.
 
-Taught in chapter 19 (DDP), chapter 20 (FSDP) and chapter 24 (tensor and pipeline parallelism).
+Taught in chapter 19 (DDP), chapter 20 (FSDP), chapter 24 (tensor and pipeline parallelism) and chapter 26
+(expert parallelism).
 """
 from __future__ import annotations
 
@@ -57,15 +64,16 @@ MESH_DIMS = ("pp", "dp", "cp", "tp")      # outermost → innermost
 def mesh_shape(cfg, n: int) -> dict:
     """The sizes of the mesh dimensions ``pp, dp, cp, tp`` for ``cfg`` on ``n`` ranks (dp = n / (tp·pp)).
     Taught in chapter 24."""
-    inner = cfg.tp * cfg.pp
+    cp = getattr(cfg, "cp", 1)
+    inner = cfg.tp * cfg.pp * cp
     if n % inner:
-        raise ValueError(f"tp={cfg.tp} × pp={cfg.pp} = {inner} ranks per model replica does not divide the {n} ranks: "
-                         f"tp · pp · dp must equal the world size (use {inner}·k ranks)")
+        raise ValueError(f"tp={cfg.tp} × pp={cfg.pp} × cp={cp} = {inner} ranks per model replica does not divide "
+                         f"the {n} ranks: tp · pp · cp · dp must equal the world size (use {inner}·k ranks)")
     dp = n // inner
     if cfg.parallel == "single" and dp > 1:
         raise ValueError(f"parallel='single' with dp={dp} (= {n} ranks / (tp={cfg.tp} × pp={cfg.pp})) would train "
                          f"{dp} independent replicas: use parallel='ddp' or 'fsdp' over dp, or {inner} ranks")
-    return {"pp": cfg.pp, "dp": dp, "cp": 1, "tp": cfg.tp}
+    return {"pp": cfg.pp, "dp": dp, "cp": cp, "tp": cfg.tp}
 
 
 def coords(cfg, n: int, rank: int) -> dict:
@@ -79,7 +87,7 @@ def coords(cfg, n: int, rank: int) -> dict:
 
 def data_shard(cfg, n: int, rank: int) -> tuple[int, int]:
     """(replicas, index) of this rank's data shard: the data-parallel dimension only. Taught in chapter 24."""
-    if cfg.tp * cfg.pp == 1:
+    if cfg.tp * cfg.pp * getattr(cfg, "cp", 1) == 1:
         return n, rank
     return mesh_shape(cfg, n)["dp"], coords(cfg, n, rank)["dp"]
 
@@ -99,6 +107,10 @@ def layout(cfg, n: int, rank: int) -> dict:
         out.update(pp_schedule=cfg.pp_schedule, virtual_stages=cfg.virtual_stages, micro_batches=cfg.accum,
                    stage_blocks=[list(s) for s in spans], stages_here=here,
                    bubble_predicted=pipeline.bubble_fraction(cfg.pp, cfg.accum, cfg.virtual_stages))
+    if getattr(cfg, "cp", 1) > 1:                        # chapter 26: which chunks of each sequence are here
+        from labkit.ring_attention import chunk_ids
+
+        out.update(cp_balanced=cfg.cp_balanced, cp_chunks=list(chunk_ids(out["coords"]["cp"], cfg.cp, cfg.cp_balanced)))
     return out
 
 
@@ -236,8 +248,16 @@ def parallelize(model, cfg, device):
     import torch
 
     n, _ = world()
+    if cfg.ep > 1:                    # chapter 26: experts split over ep, DDP over the rest
+        from labkit.train.expert_parallel import parallelize_ep
+
+        return parallelize_ep(model, cfg, device, n)
     if cfg.tp * cfg.pp > 1:
         return _model_parallel(model, cfg, device, n)
+    if getattr(cfg, "cp", 1) > 1:        # chapter 26: ring attention over cp; DDP/FSDP2 below reduce over dp·cp
+        from labkit.train.context_parallel import apply_context_parallel, cp_group
+
+        apply_context_parallel(model, cp_group(mesh_shape(cfg, n), device), balanced=cfg.cp_balanced)
     if cfg.checkpoint_policy != "none" and cfg.parallel != "fsdp1":
         _checkpoint_blocks(model, cfg.checkpoint_policy)
     if cfg.parallel == "ddp":

@@ -28,7 +28,7 @@ def meter_for(cfg, n_devices: int, device):
     if cfg.compute_dtype != "fp32" and device.type == "cpu":
         warn_if_slow(device, cfg.compute_dtype)
     peak, source = hardware.resolve_peak(device, cfg.compute_dtype, cfg.peak_flops)
-    replicas = n_devices // (cfg.tp * cfg.pp)    # tp/pp ranks share a batch: only data-parallel ranks add tokens
+    replicas = n_devices // (cfg.tp * cfg.pp * cfg.cp)   # tp/pp/cp ranks share a batch: only dp ranks add tokens
     return Meter(device=device, warmup_steps=cfg.warmup_steps,
                  tokens_per_step=cfg.micro_batch * cfg.first_accum * replicas * mcfg.seq_len,
                  flops_per_token=flops.model_flops_per_token(shape),

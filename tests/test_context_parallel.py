@@ -1,0 +1,98 @@
+"""Context parallelism (chapter 26) on real gloo ranks: labkit's ring attention equals full causal attention,
+forward and backward, with and without causal load balancing; ``TrainConfig(cp=…)`` follows the single
+process's loss curve of the same global batch to float tolerance in fp32; bad layouts fail clearly."""
+from __future__ import annotations
+
+import pytest
+
+from labkit import ring_attention as ra
+from labkit.train import TrainConfig, run_many, train
+
+BASE = TrainConfig(model="tiny", steps=3, warmup_steps=1, peak_flops=1e12, micro_batch=8)
+TOL = 2e-5                                               # fp32: other reduction orders, not other maths
+
+
+@pytest.mark.parametrize("nprocs,balanced", [(2, True), (2, False), (4, True)])
+def test_ring_attention_equals_full_causal_attention(nprocs, balanced):
+    check = ra.run_check(nprocs, 128, balanced=balanced, heads=2, head_dim=8, batch=2, timeout_s=120)
+    assert check.max_abs_diff < 1e-5                      # output and dq, dk, dv of every rank's tokens
+    assert [r["rank"] for r in check.ranks] == list(range(nprocs))
+    # the ring computed exactly the chunk pairs the causal model counts, and sent cp−1 K/V blocks
+    assert [r["pairs"] for r in check.ranks] == ra.chunk_pairs(nprocs, balanced)
+    kv = ra.kv_bytes_per_step(2, 2, 128, 8, nprocs)
+    pos_bytes = 8 * 128 // nprocs                         # the int64 positions travel with each block
+    assert all(c["bytes"] == (nprocs - 1) * (kv + pos_bytes) for r in check.ranks for c in r["comm"])
+
+
+def test_causal_work_model():
+    assert ra.chunk_pairs(2, balanced=False) == [3, 7]                   # 4r + 3
+    assert ra.chunk_pairs(4, balanced=False) == [3, 7, 11, 15]
+    assert ra.chunk_pairs(4) == [9] * 4                                  # 2·cp + 1 on every rank
+    for cp in (1, 2, 3, 8):   # both layouts compute the same triangle of pairs in all: cp·(2cp+1)
+        assert sum(ra.chunk_pairs(cp)) == sum(ra.chunk_pairs(cp, False)) == cp * (2 * cp + 1)
+    assert ra.chunk_ids(1, 4) == (1, 6) and ra.chunk_ids(1, 4, balanced=False) == (2, 3)
+    assert ra.positions(16, 2, 1).tolist() == [4, 5, 6, 7, 8, 9, 10, 11]
+    assert ra.positions(16, 2, 0).tolist() == [0, 1, 2, 3, 12, 13, 14, 15]
+    every = sorted(p for r in range(4) for p in ra.positions(32, 4, r).tolist())
+    assert every == list(range(32))                       # the ranks' chunks tile the sequence once
+
+
+def test_ring_inputs_are_checked():
+    with pytest.raises(ValueError, match=r"seq_len=30 is not divisible by 2·cp=4"):
+        ra.positions(30, 2, 0)
+    with pytest.raises(ValueError, match="rank"):
+        ra.chunk_ids(2, 2)
+    with pytest.raises(ValueError, match="nprocs"):
+        ra.run_check(1)
+    with pytest.raises(ValueError, match=r"seq_len=100 is not divisible by 2·cp=8"):
+        ra.run_check(4, 100)
+
+
+@pytest.fixture(scope="module")
+def single():
+    return train(BASE).loss
+
+
+def test_cp_training_follows_the_single_curve(single):
+    cfgs = [BASE.replace(cp=2, parallel="ddp"), BASE.replace(cp=2, parallel="fsdp", cp_balanced=False)]
+    for rec, balanced in zip(run_many(cfgs, 2, timeout_s=240), (True, False), strict=True):
+        assert rec.loss == pytest.approx(single, rel=TOL)
+        assert rec.tokens_per_step == 8 * 64               # the cp ranks share one batch of 8 sequences
+        lay = rec.extra["layout"]
+        assert lay["mesh"] == {"pp": 1, "dp": 1, "cp": 2, "tp": 1}
+        assert lay["cp_chunks"] == ([0, 3] if balanced else [0, 1]) and lay["cp_balanced"] is balanced
+
+
+def test_cp_with_dp_on_four_ranks(single):
+    """dp=2 × cp=2: each dp index reads 4 of the 8 sequences, its two cp ranks split them along the sequence."""
+    rec = run_many([BASE.replace(cp=2, parallel="ddp", micro_batch=4)], 4, timeout_s=300)[0]
+    assert rec.loss == pytest.approx(single, rel=TOL)
+    assert rec.extra["layout"]["mesh"] == {"pp": 1, "dp": 2, "cp": 2, "tp": 1} and rec.tokens_per_step == 8 * 64
+
+
+def test_cp_configs_are_checked():
+    with pytest.raises(ValueError, match=r"TrainConfig.cp=2 .*seq_len=62 must be divisible by 2·cp=4"):
+        BASE.replace(cp=2, parallel="ddp", seq_len=62)
+    with pytest.raises(ValueError, match=r"TrainConfig.parallel='single'.*use parallel='ddp' or 'fsdp'"):
+        BASE.replace(cp=2)
+    for bad in ({"tp": 2}, {"checkpoint": True}, {"compile": True}, {"inject": "comm"}, {"moe_experts": 4}):
+        with pytest.raises(ValueError, match="not supported with cp=2"):
+            BASE.replace(cp=2, parallel="ddp", **bad)
+    with pytest.raises(ValueError, match="TrainConfig.cp"):
+        BASE.replace(cp=0)
+    with pytest.raises(ValueError, match="cp_balanced"):
+        BASE.replace(cp_balanced="yes")
+    from labkit.train.launch import _check
+
+    with pytest.raises(ValueError, match=r"cp=2 = 2 ranks per model replica does not divide the 3 ranks"):
+        _check([BASE.replace(cp=2, parallel="ddp")], 3)
+
+
+def test_cli_run_with_cp(capsys, single):
+    from labkit.cli import main
+
+    assert main(["run", "--model", "tiny", "--cp", "2", "--steps", "3", "--warmup-steps", "1",
+                 "--peak-flops", "1e12", "--micro-batch", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "cp=2" in out and "rank 0 holds sequence chunks [0, 3] of 4" in out
+    assert f"loss {single[0]:.3f} → {single[-1]:.3f}" in out
