@@ -30,8 +30,8 @@ from labkit import checks
 __all__ = ["LINK_OPS", "fit_gloo_link", "fit_gloo_links", "CYCLE_UNIT_BYTES", "UnitCycle", "fit_unit_cycle",
            "fsdp_unit_cycle", "fsdp_unit_bytes", "fsdp_cycle_s", "medians_over_rounds"]
 
-#: The collectives fitted: all_reduce (DDP's buckets), all_gather and reduce_scatter (FSDP2's units).
-LINK_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+#: The collectives fitted: all_reduce (DDP's buckets, TP), all_gather and reduce_scatter (FSDP2's units), send_recv (PP).
+LINK_OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 
 
 def _fit_table(table, ops, n: int, stat: str) -> dict:
