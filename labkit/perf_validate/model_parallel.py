@@ -216,7 +216,7 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
     base = TrainConfig(model=model, micro_batch=checks.count("micro_batch", micro_batch),
                        accum=checks.count("accum", accum), steps=steps, warmup_steps=warmup_steps, dtype="fp32",
                        device="cpu", label=model)
-    plain = base.replace(parallel="single", accum=1, label=f"{model} concurrent calibration")
+    plain = base.replace(parallel="single", label=f"{model} concurrent calibration")   # the same m micro-batches
     rows, links = [], {}
     for r in range(checks.count("rounds", rounds)):
         for n in counts:
@@ -256,7 +256,8 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
     assumptions = [
         f"{model}: micro-batch {micro_batch} sequences, m = accum = {accum} micro-batches, fp32, 1 thread per rank, "
         "dp = 1; PP runs 1F1B (v = 1)",
-        "compute: the hardware FLOP/s one rank keeps while n plain ranks of the same model compute independently, "
+        "compute: the hardware FLOP/s one rank keeps while n plain ranks of the same model (same micro-batch and m, "
+        "so the optimizer step and data work per step are shared alike) compute independently, "
         "measured in the same processes right after the cells (never a TP or PP run); blocks / tp, embeddings and "
         "head whole on every TP rank; the slowest pipeline rank x m",
         "TP: 4 all-reduces of b*s*h*4 bytes per block and micro-batch (Shoeybi et al. 2019 s3), gloo all-reduce "
