@@ -68,6 +68,7 @@ def test_megatron_sc21_table1(row):
     # eq. (2): P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)); labkit adds only the final LayerNorm (2h)
     eq2 = 12 * l * h**2 * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
     assert F.n_params(shape) == pytest.approx(eq2 + 2 * h, rel=1e-12)
+    assert F.n_params(shape, convention="megatron-eq2") == pytest.approx(eq2, rel=1e-12)   # the named convention
     assert round(F.n_params(shape) / 1e9, 1) == p_b
     # eq. (3): F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) per iteration, with full recomputation
     eq3 = 96 * batch * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
@@ -219,3 +220,19 @@ def test_cpu_sdpa_kernel_is_counted():
     c = F.count_flops(lambda z: torch.nn.functional.scaled_dot_product_attention(z, z, z, is_causal=True), qkv)
     assert c.forward == 4 * b * h * t * t * q
     assert c.backward > 0 and any("for_cpu" in k for k in c.by_op)
+
+
+def test_megatron_eq2_convention_omits_only_the_final_norm():
+    """n_params(convention="megatron-eq2") = labkit's count − the final norm (2h LayerNorm, h RMSNorm), nothing
+    else; a bad convention is refused by name. The formulas moved to a package (labkit.flops + .counter)
+    with the same public names."""
+    gpt = _megatron_shape(24, 2304, 24)
+    assert F.n_params(gpt) - F.n_params(gpt, convention="megatron-eq2") == 2 * 2304
+    llama = F.preset("llama3-8b")
+    assert F.n_params(llama) - F.n_params(llama, convention="megatron-eq2") == llama.d_model
+    assert F.n_params(gpt, embeddings=False) - F.n_params(gpt, embeddings=False, convention="megatron-eq2") == 4608
+    with pytest.raises(ValueError, match="convention"):
+        F.n_params(gpt, convention="eq2")
+    from labkit.flops import counter
+    assert F.count_flops is counter.count_flops and F.FlopCount is counter.FlopCount
+    assert "PARAM_CONVENTIONS" in F.__all__ and F.PARAM_CONVENTIONS == ("labkit", "megatron-eq2")

@@ -44,6 +44,7 @@ import labkit.mfu
 import labkit.model_config
 import labkit.moe_stats
 import labkit.perf
+import labkit.perf.gemm
 import labkit.perf.steptime
 import labkit.roofline
 import labkit.scaling
@@ -59,8 +60,9 @@ MODULES = [labkit.flops, labkit.shapes, labkit.batch, labkit.model_config, labki
            labkit.hardware.catalogue,
            # issue #28: the newer public API (perf planner and predictor, claims, faults, integrations)
            labkit.perf, labkit.claims, labkit.faults, labkit.integrations,
-           labkit.comm.buckets,
-           labkit.moe_stats]      # chapter 26: MoE load imbalance and Switch's balance loss   # chapter 19: DDP's bucket rule and the α–β bucket schedule
+           labkit.comm.buckets,   # chapter 19: DDP's bucket rule and the α–β bucket schedule
+           labkit.moe_stats,      # chapter 26: MoE load imbalance and Switch's balance loss
+           labkit.perf.gemm]      # chapter 24: the GEMM-shape term (issue #24)
 LABKIT_DIR = os.path.dirname(labkit.__file__)
 NAN, INF = float("nan"), float("inf")
 
@@ -178,8 +180,9 @@ def _specs() -> list[Spec]:
                   norm="layernorm", pos_emb="learned", name="x"), ms_kinds),
         Spec("flops.presets", f.presets, {}),
         Spec("flops.preset", f.preset, dict(name="gpt2-124m", seq_len=512), dict(name="choice", seq_len="count")),
-        Spec("flops.n_params", f.n_params, dict(shape=SHAPE, embeddings=True, position_embeddings=None),
-             dict(SHAPE_KINDS, embeddings="flag", position_embeddings="optflag")),
+        Spec("flops.n_params", f.n_params, dict(shape=SHAPE, embeddings=True, position_embeddings=None,
+                                                convention="megatron-eq2"),
+             dict(SHAPE_KINDS, embeddings="flag", position_embeddings="optflag", convention="choice")),
         Spec("flops.n_active_params", f.n_active_params, dict(shape=SHAPE, embeddings=False,
                                                               position_embeddings=True),
              dict(SHAPE_KINDS, embeddings="flag", position_embeddings="optflag")),
@@ -477,6 +480,24 @@ def _specs() -> list[Spec]:
                   dtype_bytes=4),
              dict(params="numels", caps_mb="array_pos", backward_s="nonneg", nranks="count", alpha_s="nonneg",
                   beta_s_per_byte="nonneg", dtype_bytes="count")),
+        # ---- perf.gemm (chapter 24, issue #24): the GEMM-shape term
+        Spec("perf.gemm.layer_gemms", labkit.perf.gemm.layer_gemms,
+             dict(shape=SHAPE, micro_batch=2, seq_len=None, tp=2, flash_attention=False, logits=True),
+             dict(shape="obj", micro_batch="count", seq_len="optcount", tp="count", flash_attention="flag",
+                  logits="flag")),
+        Spec("perf.gemm.gemm_seconds", labkit.perf.gemm.gemm_seconds,
+             dict(g=labkit.perf.gemm.Gemm("x", 64, 64, 16), math_flops=1e14, memory_bw=2e12, operand_bytes=2),
+             dict(g="obj", math_flops="pos", memory_bw="pos", operand_bytes="pos")),
+        Spec("perf.gemm.activation_traffic_bytes", labkit.perf.gemm.activation_traffic_bytes,
+             dict(shape=SHAPE, micro_batch=2, tp=2, recompute="full", sequence_parallel=False, flash_attention=False,
+                  seq_len=None, dtype_bytes=2),
+             dict(shape="obj", micro_batch="count", tp="count", recompute="choice", sequence_parallel="flag",
+                  flash_attention="flag", seq_len="optcount", dtype_bytes="count")),
+        Spec("perf.gemm.shape_efficiency", labkit.perf.gemm.shape_efficiency,
+             dict(shape=SHAPE, micro_batch=1, tp=2, cluster=labkit.perf.cluster("dgx-a100"), dtype="bf16",
+                  achievable=0.5, flash_attention=False, seq_len=None, recompute="full", sequence_parallel=False),
+             dict(shape="obj", micro_batch="count", tp="count", cluster="obj", dtype="choice", achievable="frac_open0",
+                  flash_attention="flag", seq_len="optcount", recompute="choice", sequence_parallel="flag")),
         Spec("integrations.flops_per_token_of", labkit.integrations.flops_per_token_of,
              dict(model=SHAPE, seq_len=None, method="palm"), dict(model="obj", seq_len="optcount", method="choice")),
     ]
@@ -493,7 +514,7 @@ MEASURES = {"flops.count_flops", "shapes.compare", "scaling.measure_scaling", "r
             "integrations.meter_for"}        # builds a live Meter on a model (flops_per_token_of is fuzzed)
 RESULTS = {"flops.FlopCount", "cost.TrainingCost", "roofline.MatmulTiming", "memory.estimate.MemoryBreakdown",
            "memory.deepspeed.DeepSpeedRow", "memory.deepspeed.DeepSpeedEstimate", "hardware.catalogue.DeviceFamily",
-           "perf.Prediction", "perf.Plan", "perf.Calibration", "claims.Claim", "claims.ClaimContradicted", "faults.Fault",
+           "perf.Prediction", "perf.Plan", "perf.Calibration", "perf.gemm.Gemm", "claims.Claim", "claims.ClaimContradicted", "faults.Fault",
            "faults.MysteryRun", "claims.rejudge", "comm.buckets.BucketPlan",     # rejudge reads a stored Claim back (a result)
            # configs checked in their own __post_init__ and by tests/test_perf_*.py; not yet rows here
            "perf.Layout", "perf.Cluster", "perf.predict", "faults.public_record",

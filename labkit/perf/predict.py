@@ -261,7 +261,7 @@ def _params_per_gpu(shape, lay: Layout) -> float:
 
 def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_len: int | None = None,
             achievable=0.5, method: str = "palm", dp_overlap: bool | float = True,
-            overlap_window: str = "backward", sync_s: float = 0.0) -> Prediction:
+            overlap_window: str = "backward", sync_s: float = 0.0, gemm_shape: bool = False) -> Prediction:
     """Predict one optimizer step of ``layout`` on ``cluster`` (see the module docstring for each term).
 
     ``model``: a ModelShape, a preset name or a transformers config (:func:`resolve_model`);
@@ -271,7 +271,9 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
     ``dp_overlap``: how much of the DP communication may hide (True, False or a fraction);
     ``overlap_window``: "backward" (the last micro-batch's backward; all the compute for ZeRO-3/FSDP) or
     "step" (all the compute: chapter 5's step = max(compute, comm) + sync). ``sync_s``: serial seconds
-    per step (the optimizer step, the last bucket, barriers).
+    per step (the optimizer step, the last bucket, barriers). ``gemm_shape``: divide the compute by the
+    GEMMs' roofline efficiency at this micro-batch and tp split (:func:`labkit.perf.gemm.shape_efficiency`);
+    ``achievable`` is then the math rate of a large GEMM, not the run's average.
 
     Taught in chapter 24 (choosing a parallel layout), chapter 5 (scaling) and chapters 29–30 (cases).
     """
@@ -315,6 +317,14 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
                  + compute_time(B * s, flops_per_token=attn, peak_flops=peak, n_devices=world, mfu=frac16))
     else:
         ideal = compute_time(B * s, flops_per_token=hw_fpt, peak_flops=peak, n_devices=world, mfu=frac)
+    eta = 1.0
+    if checks.flag("gemm_shape", gemm_shape):
+        from labkit.perf.gemm import shape_efficiency
+
+        eta = shape_efficiency(shape, micro_batch=lay.micro_batch, tp=lay.tp, cluster=cl, dtype=lay.dtype,
+                               achievable=frac, flash_attention=lay.flash_attention, seq_len=s // lay.cp,
+                               recompute=lay.recompute, sequence_parallel=lay.sequence_parallel)
+        ideal = ideal / eta
     compute = ideal * imbalance
     t_mb = compute / m                                      # one micro-batch, forward and backward, one stage
     bubble = (p - 1) / v * t_mb
@@ -388,6 +398,9 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
                     else f"linear-layer GEMMs at {frac:.0%} of the fp8 dense peak ({cl.peak('fp8') / 1e12:g} TFLOP/s), "
                          f"the attention core at {frac16:.0%} of the bf16 one; MFU and HFU against the bf16 peak "
                          f"({peak / 1e12:g} TFLOP/s; against the fp8 peak they are half)")
+    if gemm_shape:
+        compute_note += (f"; GEMM shapes (micro-batch {lay.micro_batch}, tp {lay.tp}) reach {eta:.1%} of that "
+                         "(roofline against the HBM bandwidth, labkit.perf.gemm)")
     assumptions = (f"{compute_note}; {method} FLOPs + recompute={lay.recompute}",
                    f"links: {cl.describe()}", *notes,
                    f"memory: {lay.strategy} over {dpg} DP rank(s), parameters ÷ tp·pp (embeddings split evenly), "

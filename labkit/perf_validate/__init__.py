@@ -1,7 +1,8 @@
 """Validate the performance model against live gloo runs on this machine (issue #15): one package, three files —
 :mod:`~labkit.perf_validate.cells` (predict and compare), :mod:`~labkit.perf_validate.fit` (α–β per gloo
 collective, FSDP2's unit cycle), :mod:`~labkit.perf_validate.runs` (the launches: interleaved repeats,
-median runs, the rate N ranks keep).
+median runs, the rate N ranks keep); :mod:`~labkit.perf_validate.model_parallel` prices and measures the TP, PP and
+TP×PP cells of the trainer the same way (issue #24: TP all-reduces, PP sends, the bubble).
 
 `labkit.perf` predicts a step from a compute rate per rank and an α–β link. For a GPU cluster
 both come from catalogues (a datasheet peak × an assumed achievable fraction; NVLink and InfiniBand

@@ -30,8 +30,10 @@ from labkit import checks
 __all__ = ["LINK_OPS", "fit_gloo_link", "fit_gloo_links", "CYCLE_UNIT_BYTES", "UnitCycle", "fit_unit_cycle",
            "fsdp_unit_cycle", "fsdp_unit_bytes", "fsdp_cycle_s", "medians_over_rounds"]
 
-#: The collectives fitted: all_reduce (DDP's buckets), all_gather and reduce_scatter (FSDP2's units).
+#: The collectives fitted by default: all_reduce (DDP's buckets), all_gather and reduce_scatter (FSDP2's units).
 LINK_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+#: Every op a fit may be asked for: LINK_OPS and send_recv (pipeline stages' point-to-point transfers, issue #24).
+_FIT_OPS = (*LINK_OPS, "send_recv")
 
 
 def _fit_table(table, ops, n: int, stat: str) -> dict:
@@ -50,7 +52,8 @@ def _fit_table(table, ops, n: int, stat: str) -> dict:
 
 def fit_gloo_links(nranks: int, ops=LINK_OPS, *, sizes=None, iters: int = 5, stat: str = "p10",
                    timeout_s: float = 300) -> dict:
-    """{op: :class:`labkit.comm.AlphaBeta`} — one ring α–β per collective in ``ops`` (of :data:`LINK_OPS`),
+    """{op: :class:`labkit.comm.AlphaBeta`} — one ring α–β per collective in ``ops`` (of :data:`LINK_OPS`, or
+    ``"send_recv"``: a ring of simultaneous sends, for pipeline stages),
     each fitted to its own gloo sweep on ``nranks`` ranks, all ops timed in one launch.
 
     ``sizes`` in bytes, nccl-tests S (the total buffer: an all-gather's output, a reduce-scatter's input;
@@ -62,7 +65,7 @@ def fit_gloo_links(nranks: int, ops=LINK_OPS, *, sizes=None, iters: int = 5, sta
 
     n = checks.count("nranks", nranks, at_least=2)
     checks.one_of("stat", stat, ("median", "p10"))
-    ops = [checks.one_of("ops", o, LINK_OPS) for o in ((ops,) if isinstance(ops, str) else ops)]
+    ops = [checks.one_of("ops", o, _FIT_OPS) for o in ((ops,) if isinstance(ops, str) else ops)]
     if not ops:
         raise ValueError(f"ops must name at least one of {LINK_OPS}")
     sizes = comm.default_sizes(64 * 1024, 16 * 2**20, 4) if sizes is None else list(sizes)

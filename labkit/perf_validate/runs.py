@@ -62,6 +62,11 @@ def run_medians(record) -> list:
     return [record.step_time.median]
 
 
+def _replicated_single(cfg) -> bool:
+    """A plain config that would train one whole model per rank (parallel 'single', tp = pp = 1)."""
+    return getattr(cfg, "parallel", None) == "single" and getattr(cfg, "tp", 1) * getattr(cfg, "pp", 1) == 1
+
+
 def _rank_cells(cfgs: list, repeats: int = 1) -> list:
     """What each launched rank runs: every config in turn, ``repeats`` times (starting ranks is the slow
     part); per config its :func:`median_run`."""
@@ -82,8 +87,9 @@ def measure_steps(cfgs, nranks: int, *, repeats: int = 1, threads_per_rank: int 
     t = checks.count("threads_per_rank", threads_per_rank)
     k = checks.count("repeats", repeats)
     for c in cfgs:
-        if getattr(c, "parallel", None) == "single" and n != 1:
-            raise ValueError(f"nranks={n} with parallel='single' ({c.label}): use 'ddp' or 'fsdp' for > 1 rank")
+        if _replicated_single(c) and n != 1:
+            raise ValueError(f"nranks={n} with parallel='single' and tp = pp = 1 ({c.label}): use 'ddp' or 'fsdp' "
+                             "(or tp/pp > 1) for > 1 rank")
     from labkit.launcher.parent import launch
 
     res = launch(_rank_cells, n, args=(cfgs, k), env={"OMP_NUM_THREADS": str(t)}, timeout_s=timeout_s,
@@ -187,8 +193,9 @@ def measure_steps_then_rates(cfgs, plain, nranks: int, *, repeats: int = 1, thre
     n = checks.count("nranks", nranks, at_least=2)
     t = checks.count("threads_per_rank", threads_per_rank)
     k = checks.count("repeats", repeats)
-    if any(getattr(c, "parallel", None) == "single" for c in cfgs):
-        raise ValueError(f"nranks={n} with parallel='single' in cfgs: use 'ddp' or 'fsdp' for > 1 rank")
+    if any(_replicated_single(c) for c in cfgs):
+        raise ValueError(f"nranks={n} with parallel='single' and tp = pp = 1 in cfgs: use 'ddp' or 'fsdp' (or "
+                         "tp/pp > 1) for > 1 rank")
     from labkit.launcher.parent import cores_available
 
     values = _launch_independent(_steps_then_independent, n, (cfgs, plain, k), t, timeout_s)

@@ -24,6 +24,9 @@ Conventions silently differ between papers and codebases; every function here na
   forward of the transformer layers (6N -> 8N; Megatron eq. 3's factor 4 instead of 3), ``"selective"``
   (Korthikanti et al. 2022 §5) re-runs only the attention core (QKᵀ, softmax, ·V) forward.
 
+A package: the formulas here, the exact counter of a live model in :mod:`labkit.flops.counter`
+(:func:`count_flops`, re-exported).
+
 Taught in chapter 3 (FLOPs).
 """
 from __future__ import annotations
@@ -32,14 +35,17 @@ import numbers
 from dataclasses import dataclass, field, fields, replace
 
 from labkit import checks
+from labkit.flops.counter import FlopCount, count_flops
 from labkit.recompute_policy import recompute_share
 
-__all__ = ["METHODS", "RECOMPUTE", "ModelShape", "presets", "preset", "n_params", "n_active_params",
+__all__ = ["METHODS", "RECOMPUTE", "PARAM_CONVENTIONS", "ModelShape", "presets", "preset", "n_params", "n_active_params",
            "n_matmul_params", "attention_core_flops_per_token", "forward_flops_per_token",
            "model_flops_per_token", "hardware_flops_per_token", "flops_per_step", "FlopCount", "count_flops"]
 
 METHODS = ("palm", "6N", "megatron")
 RECOMPUTE = ("none", "selective", "full")
+#: Parameter-count conventions of :func:`n_params`: every parameter, or Megatron's eq. (2) (no final norm).
+PARAM_CONVENTIONS = ("labkit", "megatron-eq2")
 
 
 @dataclass(frozen=True)
@@ -174,14 +180,15 @@ def _check_shape(shape) -> ModelShape:
     return shape
 
 
-def _count(s: ModelShape, experts: int, embeddings: bool, position_embeddings: bool | None) -> int:
+def _count(s: ModelShape, experts: int, embeddings: bool, position_embeddings: bool | None,
+           final_norm_counted: bool = True) -> int:
     embeddings = checks.flag("embeddings", embeddings)
     if position_embeddings is None:
         position_embeddings = embeddings
     position_embeddings = checks.flag("position_embeddings", position_embeddings)
     d = s.d_model
     final_norm = 2 * d if (s.norm == "layernorm" and s.bias) else d
-    n = s.n_layers * _layer_params(s, experts) + final_norm
+    n = s.n_layers * _layer_params(s, experts) + (final_norm if final_norm_counted else 0)
     if embeddings:
         n += s.vocab_size * d * (1 if s.tied_embeddings else 2)
     if position_embeddings and s.pos_emb == "learned":
@@ -189,14 +196,22 @@ def _count(s: ModelShape, experts: int, embeddings: bool, position_embeddings: b
     return n
 
 
-def n_params(shape: ModelShape, *, embeddings: bool = True, position_embeddings: bool | None = None) -> int:
+def n_params(shape: ModelShape, *, embeddings: bool = True, position_embeddings: bool | None = None,
+             convention: str = "labkit") -> int:
     """Total parameters (all experts). ``embeddings=False`` drops token/position embeddings and an
     untied output layer (Kaplan et al.'s "non-embedding" N); ``position_embeddings`` defaults to
     ``embeddings`` (nanoGPT's ``get_num_params()`` = ``n_params(s, position_embeddings=False)``).
 
-    Taught in chapter 3 (FLOPs).
+    ``convention`` (:data:`PARAM_CONVENTIONS`): ``"labkit"`` counts every parameter of the model, the final
+    norm included (= ``GPT(cfg).n_params()``); ``"megatron-eq2"`` is Narayanan et al. 2021's eq. (2),
+    P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)), which omits the final LayerNorm (2h for GPT): the
+    figure Megatron-LM's papers and tables print (SC21 Table 1's 1.7 … 1008.0 billion).
+
+    Taught in chapter 3 (FLOPs) and chapter 24 (published runs' parameter counts).
     """
-    return _count(_check_shape(shape), shape.n_experts, embeddings, position_embeddings)
+    checks.one_of("convention", convention, PARAM_CONVENTIONS)
+    return _count(_check_shape(shape), shape.n_experts, embeddings, position_embeddings,
+                  final_norm_counted=convention == "labkit")
 
 
 def n_active_params(shape: ModelShape, *, embeddings: bool = True,
@@ -337,114 +352,3 @@ def flops_per_step(shape: ModelShape, tokens: int, *, method: str = "palm", caus
             raise ValueError(f"recompute={recompute!r} only changes hardware FLOPs; pass hardware=True")
         per = model_flops_per_token(shape, method=method, causal=causal, seq_len=seq_len)
     return per * tokens
-
-
-# ------------------------------------------------------------------------------------------------
-# Exact counting of a live model
-# ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FlopCount:
-    """Result of :func:`count_flops`: totals and a per-operator breakdown (forward + backward).
-
-    Taught in chapter 3 (FLOPs).
-    """
-
-    total: int
-    forward: int
-    backward: int
-    by_op: dict[str, int]
-
-
-def _register_cpu_sdpa() -> None:
-    """Teach FlopCounterMode the CPU flash-attention kernels (it ships formulas for CUDA ones only).
-
-    Reuses torch's own ``sdpa_flop_count`` / ``sdpa_backward_flop_count`` (full T×T, not causal-halved,
-    like torch's CUDA formulas). Idempotent.
-    """
-    import torch
-    from torch.utils import flop_counter as fc
-
-    aten = torch.ops.aten
-    fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-    if fwd is not None and fwd not in fc.flop_registry and fwd.default not in fc.flop_registry:
-        @fc.register_flop_formula(fwd)
-        def _cpu_sdpa(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-            return fc.sdpa_flop_count(query_shape, key_shape, value_shape)
-    if bwd is not None and bwd not in fc.flop_registry and bwd.default not in fc.flop_registry:
-        @fc.register_flop_formula(bwd)
-        def _cpu_sdpa_bwd(grad_out_shape, query_shape, key_shape, value_shape, *args,
-                          out_shape=None, **kwargs) -> int:
-            return fc.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
-
-
-def _loss_of(out):
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return out.float().sum() if out.dim() else out
-    loss = getattr(out, "loss", None)
-    if isinstance(loss, torch.Tensor):
-        return loss
-    if isinstance(out, (tuple, list)):
-        for o in reversed(out):
-            if isinstance(o, torch.Tensor) and o.dim() == 0 and o.requires_grad:
-                return o
-        return _loss_of(out[0])
-    logits = getattr(out, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits.float().sum()
-    raise TypeError(f"count_flops cannot find a loss or tensor in the model output ({type(out).__name__})")
-
-
-def count_flops(model, inputs, *, backward: bool = True) -> FlopCount:
-    """Exact FLOPs of one forward (and backward) pass of a live model, with torch's FlopCounterMode.
-
-    How this differs from the formulas: FlopCounterMode counts matmuls (mm/addmm/bmm/baddbmm),
-    convolutions and SDPA kernels, each as 2 FLOPs per multiply-add, from the real shapes
-    (https://pytorch.org/docs/stable/_modules/torch/utils/flop_counter.html). It counts **no**
-    elementwise work (GELU, softmax of eager attention, norms, the loss, the optimizer), embedding
-    lookups cost 0, and SDPA is counted with the full T×T matrices even when ``is_causal=True``.
-    Padded tokens are counted (they are executed). The CPU SDPA kernel
-    ``_scaled_dot_product_flash_attention_for_cpu`` has no formula in torch; labkit registers one
-    (torch's own SDPA helpers) before counting. torch counts an SDPA *backward* as 2.5× its forward
-    (flash-attention backward recomputes QKᵀ), so SDPA models count slightly above 3 × forward; with
-    eager attention (explicit bmm's) and ``causal=False`` the "megatron" formula matches this count to
-    within the terms it ignores.
-
-    ``inputs``: a tensor, a tuple (positional args) or a dict (keyword args). With ``backward=True``
-    the loss (``out.loss``, a scalar in a tuple, or ``sum()`` of the output) is back-propagated.
-
-    Taught in chapter 3 (FLOPs).
-    """
-    backward = checks.flag("backward", backward)
-    if not callable(model):
-        raise checks.ArgumentTypeError(f"model must be a callable module, got {type(model).__name__}")
-    from torch.utils.flop_counter import FlopCounterMode
-
-    _register_cpu_sdpa()
-
-    def call():
-        if isinstance(inputs, dict):
-            return model(**inputs)
-        if isinstance(inputs, (tuple, list)):
-            return model(*inputs)
-        return model(inputs)
-
-    by_op: dict[str, int] = {}
-
-    def merge(counter):
-        for op, n in counter.get_flop_counts().get("Global", {}).items():
-            by_op[str(op)] = by_op.get(str(op), 0) + int(n)
-        return int(counter.get_total_flops())
-
-    with FlopCounterMode(display=False) as fwd_counter:
-        out = call()
-    forward = merge(fwd_counter)
-    back = 0
-    if backward:
-        loss = _loss_of(out)
-        with FlopCounterMode(display=False) as bwd_counter:
-            loss.backward()
-        back = merge(bwd_counter)
-    return FlopCount(total=forward + back, forward=forward, backward=back, by_op=by_op)
