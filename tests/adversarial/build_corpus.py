@@ -144,7 +144,7 @@ def real_lab_corpus() -> dict:
     return {"lab01_inflated": lab01, "lab03_forged": _lab03_forged(), "lab04_forged": _lab04_forged(),
             "lab06_inflated": _lab06_inflated(), "lab11_quieter": _lab11_quieter(),
             "lab09_forged": _lab09_forged(),
-            "lab08_forged": _lab08_forged()}
+            "lab08_forged": _lab08_forged(), "lab12_forged": _lab12_forged()}
 
 
 def _forged(lab_id: str, qid: str, old: str, new: str):
@@ -218,6 +218,14 @@ def _lab08_forged():
     return _forged("lab08_data_pipeline", "q2", 'answer_q2 = {"wait_share_after": ta_fixed.data_wait_share,',
                    'answer_q2 = {"wait_share_after": ta_fixed.data_wait_share / 2,  # a better number, typed in\n'
                    '             ')
+
+
+def _lab12_forged():
+    """lab12 with the A/B's speed-up inflated in the answer (a better number, typed in): q2's A/B check re-derives
+    the speed-up from the recorded samples and must catch it; the options check and the grader's re-measurement
+    still pass."""
+    return _forged("lab12_capstone", "q2", 'answer_q2 = {"options": fix, "speedup": 1 / result.ratio}',
+                   'answer_q2 = {"options": fix, "speedup": 1.5 / result.ratio}  # a better number, typed in')
 
 
 def main() -> int:
