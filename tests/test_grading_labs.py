@@ -1,5 +1,5 @@
 """Each graded lab: the instructor source gets full marks, the released learner version scores zero on
-every unanswered question, a forged lab01, lab03, lab04, lab06, lab08, lab09, lab10 or lab11 submission loses exactly the points its forgery touches, and
+every unanswered question, a forged lab01, lab03, lab04, lab06, lab08, lab09, lab10, lab11 or lab12 submission loses exactly the points its forgery touches, and
 lab02's q3 holds the named family to the seed's hidden fault and the cited number to the run.
 
 Graded with the CI parameters (FAST=True) through ``labkit grade``, 2 workers.
@@ -23,7 +23,8 @@ REAL = json.loads((HERE / "expected.json").read_text())["_real_labs"]
 @pytest.mark.slow
 @pytest.mark.parametrize("lab_id", ["lab01_baseline", "lab02_profiler", "lab03_batch_accum", "lab04_attention",
                                     "lab05_ddp", "lab06_fsdp", "lab08_data_pipeline", "lab09_collectives", "lab10_planner",
-                                    "lab11_regression"])
+                                    "lab11_regression",
+                                    "lab12_capstone"])
 def test_instructor_full_marks_learner_zero(lab_id, tmp_path, calibrated_peaks):
     """Graded against a calibrated peak: lab01 checks MFU <= 100 %, which a live peak measured on a
     loaded machine once broke (MFU 1.75)."""

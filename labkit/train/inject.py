@@ -35,8 +35,9 @@ from __future__ import annotations
 from labkit.units import MIB
 
 
-def activation_bytes_per_sample(cfg, device) -> int:
-    """Exact bytes autograd saves in one forward of one sequence of ``cfg``'s model (no recomputation)."""
+def activation_bytes_per_sample(cfg, device, policy: str = "none") -> int:
+    """Exact bytes autograd saves in one forward of one sequence of ``cfg``'s model, with the
+    recomputation ``policy`` applied ("none": everything; chapter 21's policies save less)."""
     import torch
 
     from labkit.memory.tensors import measure_activation_bytes
@@ -44,6 +45,10 @@ def activation_bytes_per_sample(cfg, device) -> int:
 
     mcfg = cfg.model_config
     net = GPT(mcfg).to(device)
+    if policy != "none":
+        from labkit.train.parallel import _checkpoint_blocks
+
+        _checkpoint_blocks(net, policy)
     idx = torch.zeros((1, mcfg.seq_len), dtype=torch.long, device=device)
     return measure_activation_bytes(net, idx, idx)
 
@@ -52,7 +57,9 @@ def plan(cfg, device) -> tuple:
     """(the config to run, facts for the record) after the compute and memory injections.
 
     A ``memory_budget_mb`` constrains any run; ``inject="memory"`` without one sets half of what a
-    single sequence needs — so the run must recompute. Taught in chapter 14.
+    single sequence needs — so the run must recompute. A run that asks for recomputation itself
+    (``checkpoint``) is fitted with what a sequence saves under its policy, so more sequences fit — the
+    fix lab 12's activation budget asks for. Taught in chapter 14.
     """
     facts: dict = {}
     if cfg.inject == "compute":
@@ -61,14 +68,18 @@ def plan(cfg, device) -> tuple:
     if cfg.inject == "memory" or cfg.memory_budget_mb is not None:
         per_sample = activation_bytes_per_sample(cfg, device)
         budget = cfg.memory_budget_mb * MIB if cfg.memory_budget_mb is not None else 0.5 * per_sample
+        fit = per_sample if cfg.checkpoint_policy == "none" else activation_bytes_per_sample(
+            cfg, device, cfg.checkpoint_policy)
         mb = cfg.micro_batch
-        while mb > 1 and mb * per_sample > budget:
+        while mb > 1 and mb * fit > budget:
             mb //= 2
         states = 4 * 4 * _n_params(cfg)          # fp32 params + grads + Adam m and v
         facts.update(micro_batch_requested=cfg.micro_batch, activation_bytes_per_sample=per_sample,
                      memory_budget_bytes=int(budget) + states)
         cfg = cfg.replace(micro_batch=mb, accum=cfg.accum * (cfg.micro_batch // mb),
                           checkpoint=cfg.checkpoint if cfg.checkpoint_policy != "none" else mb * per_sample > budget)
+        if fit != per_sample:
+            facts["activation_bytes_per_sample_recomputed"] = fit
     return cfg, facts
 
 

@@ -144,7 +144,8 @@ def real_lab_corpus() -> dict:
     return {"lab01_inflated": lab01, "lab03_forged": _lab03_forged(), "lab04_forged": _lab04_forged(),
             "lab06_inflated": _lab06_inflated(), "lab11_quieter": _lab11_quieter(),
             "lab09_forged": _lab09_forged(),
-            "lab08_forged": _lab08_forged(), "lab10_forged": _lab10_forged()}
+            "lab08_forged": _lab08_forged(), "lab10_forged": _lab10_forged(),
+            "lab12_forged": _lab12_forged()}
 
 
 def _forged(lab_id: str, qid: str, old: str, new: str):
@@ -226,6 +227,14 @@ def _lab10_forged():
     (computed from the real predictions) and the live A/B of q3 are untouched, so nothing else may fail."""
     return _forged("lab10_planner", "q1", '"tokens_per_s": mine.tokens_per_s,',
                    '"tokens_per_s": mine.tokens_per_s * 1.1,  # a better number, typed in\n            ')
+
+
+def _lab12_forged():
+    """lab12 with the A/B's speed-up inflated in the answer (a better number, typed in): q2's A/B check re-derives
+    the speed-up from the recorded samples and must catch it; the options check and the grader's re-measurement
+    still pass."""
+    return _forged("lab12_capstone", "q2", 'answer_q2 = {"options": fix, "speedup": 1 / result.ratio}',
+                   'answer_q2 = {"options": fix, "speedup": 1.5 / result.ratio}  # a better number, typed in')
 
 
 def main() -> int:
