@@ -28,7 +28,7 @@ test:
 	./scripts/bootstrap.sh dev
 	$(PY) -m ruff check labkit tests benchmarks conftest.py
 	rm -rf build/nbval
-	$(PY) -m pytest -n $(JOBS) tests
+	$(PY) -m pytest -n $(JOBS) --durations=30 tests
 	$(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	    --nbval-kernel-name python3 -n $(JOBS) --dist loadfile build/nbval
 

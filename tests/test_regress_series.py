@@ -15,6 +15,7 @@ from labkit.regress_series import (
     MonitorRates,
     NoiseModel,
     SeriesMonitor,
+    mad_consistency,
     monitor_rates,
     series_figures,
     size_monitor,
@@ -24,7 +25,11 @@ from labkit.regress_series import (
 def test_noise_model_fit_is_the_spread_of_the_logs():
     v = [0.05, 0.052, 0.049, 0.051, 0.06]
     m = NoiseModel.fit(v)
-    assert m.sigma == pytest.approx(np.std(np.log(v), ddof=1))
+    lv = np.log(v)
+    assert m.sigma == pytest.approx(1.4826 * np.median(np.abs(lv - np.median(lv))) * mad_consistency(5))
+    assert NoiseModel.fit(v, method="std").sigma == pytest.approx(np.std(lv, ddof=1))
+    with pytest.raises(ValueError, match="method"):
+        NoiseModel.fit(v, method="iqr")
     assert m.center == pytest.approx(0.051) and m.n_measured == 5
     assert np.allclose(m.draw(4, 3), m.draw(4, 3)) and not np.allclose(m.draw(4, 3), m.draw(4, 4))
     with pytest.raises(ValueError, match="at least 3 runs"):
@@ -33,6 +38,16 @@ def test_noise_model_fit_is_the_spread_of_the_logs():
         NoiseModel.fit([1.0, -2.0, 3.0])
     with pytest.raises(checks.ArgumentTypeError, match=r"figures\[0\]"):
         NoiseModel.fit(["1.0", 2.0, 3.0])
+
+
+def test_robust_fit_ignores_one_outlier_run_and_is_unbiased_on_normal_noise():
+    runs = [0.100, 0.101, 0.099, 0.1005, 0.0995, 0.300]          # one run met a busy neighbour
+    assert NoiseModel.fit(runs).sigma < 0.02 < 0.4 < NoiseModel.fit(runs, method="std").sigma
+    rng = np.random.default_rng(7)
+    for n in (6, 12):                                          # the small-sample factor: mean σ̂ ≈ σ = 0.05
+        est = [NoiseModel.fit(np.exp(0.05 * rng.standard_normal(n))).sigma for _ in range(4000)]
+        assert np.mean(est) == pytest.approx(0.05, rel=0.03)
+    assert mad_consistency(10) == pytest.approx(10 / 9.2) and 1.15 < mad_consistency(6) < 1.23
 
 
 def test_series_opens_with_the_live_runs_and_slows_only_the_last():
