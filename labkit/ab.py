@@ -289,7 +289,8 @@ def ab_compare(run_a, run_b, *, rounds: int = DEFAULT_ROUNDS, warmup: int = 2, m
 
 
 def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1, metric: str = "time",
-             min_effect: float = 0.03, timeout_s: float = 600, same_ranks: bool = False) -> ABResult:
+             min_effect: float = 0.03, timeout_s: float = 600, same_ranks: bool = False,
+             max_rounds: int | None = None) -> ABResult:
     """A/B two training configs: each call trains one config (``parallel="single"``: in this process with
     :func:`labkit.train.train`; else ``nprocs`` fresh ranks with :func:`labkit.train.run`) and yields **one figure
     per run**: its median post-warm-up step time (``metric="time"``) or tokens per step ÷ that median
@@ -306,11 +307,26 @@ def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1,
     are paid once (a multi-rank A/B in a notebook's time budget). The result's ``runs`` holds every run's
     record (``RunRecord.to_dict()``, with its ``"arm"``), so the samples can be re-derived from them.
 
+    ``max_rounds``: on a verdict of "no difference at this resolution" **measure longer** — run the A/B again
+    with twice the rounds, up to ``max_rounds`` — and return the longer A/B (its ``rounds`` says how many). The
+    noise floor (A vs A') shrinks as 1/√rounds, so an effect hidden by a loaded machine's noise comes out;
+    each extra look is one more chance of a false verdict, which the doubling bounds to log₂(max_rounds /
+    rounds) extra looks, every one judged against its own noise floor. Lab 10 uses it.
+
     Taught in the tuning chapters: 15 (micro-batch vs accumulation), 17 (compile), 18 (mixed precision),
     19 (DDP buckets), 20 (FSDP), 21 (recomputation); the verdict as in chapter 28.
     """
     from labkit.train.config import TrainConfig
 
+    if max_rounds is not None:
+        max_rounds = checks.count("max_rounds", max_rounds, at_least=checks.count("rounds", rounds), at_most=1000)
+        res = ab_train(cfg_a, cfg_b, nprocs=nprocs, rounds=rounds, warmup=warmup, metric=metric,
+                       min_effect=min_effect, timeout_s=timeout_s, same_ranks=same_ranks)
+        while res.verdict == NO_DIFFERENCE and rounds < max_rounds:
+            rounds = min(2 * rounds, max_rounds)
+            res = ab_train(cfg_a, cfg_b, nprocs=nprocs, rounds=rounds, warmup=warmup, metric=metric,
+                           min_effect=min_effect, timeout_s=timeout_s, same_ranks=same_ranks)
+        return res
     for name, cfg in (("cfg_a", cfg_a), ("cfg_b", cfg_b)):
         if not isinstance(cfg, TrainConfig):
             raise checks.ArgumentTypeError(f"{name} must be a labkit.train.TrainConfig, got {type(cfg).__name__}")

@@ -203,6 +203,29 @@ def test_ab_train_compares_one_median_step_per_run(monkeypatch):
     assert "ms" in r.report() and r.unit == "s"
 
 
+def test_ab_train_measures_longer_until_resolved(monkeypatch):
+    """max_rounds: a 20 % effect under 30 % run-to-run noise is 'no difference' at 3 rounds; the A/B is run
+    again with 6, 12, 24 rounds until it is told (or max_rounds is reached), and the longer A/B is returned."""
+    import labkit.train.loop as loop
+
+    rng = np.random.default_rng(5)
+
+    def fake_train(cfg, probe=None):
+        step = (0.1 if cfg.micro_batch == 8 else 0.12) * float(np.exp(rng.normal(0, 0.3)))
+        return RunRecord(label=cfg.label, step_time=Stat(median=step, p10=step, p90=step, n=4),
+                         tokens_per_step=64)
+
+    monkeypatch.setattr(loop, "train", fake_train)
+    a, b = TrainConfig(micro_batch=8, label="A"), TrainConfig(micro_batch=9, label="B")
+    assert ab_train(a, b, rounds=3, warmup=0).verdict == NO_DIFFERENCE
+    r = ab_train(a, b, rounds=3, warmup=0, max_rounds=96)
+    assert r.verdict == "slower" and r.rounds in (6, 12, 24, 48, 96) and len(r.a) == r.rounds
+    capped = ab_train(a, b, rounds=3, warmup=0, max_rounds=3)          # no room to measure longer
+    assert capped.rounds == 3
+    with pytest.raises(ValueError, match="max_rounds"):
+        ab_train(a, b, rounds=6, max_rounds=4)
+
+
 @pytest.mark.slow
 def test_ab_train_live():
     """Two real tiny runs, one thread (a loaded machine makes OpenMP threads wait on each other):

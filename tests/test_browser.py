@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from _makefile import lab_flags
+from _procs import stop_group
 
 from labkit.paths import repo_root
 
@@ -44,21 +44,6 @@ def _served_copy(dest: Path) -> Path:
     from labkit.grading.course_copy import release_course
 
     return release_course(dest)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop JupyterLab and everything it started (kernels, their ranks): it leads its own process group."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)          # JupyterLab shuts its kernels down on SIGTERM
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -99,7 +84,7 @@ def course_server(tmp_path):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=30)
         yield url, log
     finally:
-        _stop(proc)
+        stop_group(proc)
 
 
 def _dirty_tabs(page) -> list[str]:

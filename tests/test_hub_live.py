@@ -34,7 +34,6 @@ import pwd
 import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -56,6 +55,7 @@ LAB = "lab01_baseline"
 CHAPTER = "chapters/part1_cognition/ch03_counting_flops.ipynb"
 sys.path.insert(0, str(ROOT / "scripts"))
 import jlab  # noqa: E402  (scripts/jlab.py: the page steps shared with tests/test_browser.py)
+from _procs import stop_group  # noqa: E402  (tests/_procs.py: shared with tests/test_browser.py)
 
 CHROMIUM = os.environ.get("LABKIT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -278,22 +278,8 @@ def hub(learners, tmp_path):
             proxy_pid = state / "jupyterhub-proxy.pid"
             if proxy_pid.exists() and proxy_pid.read_text().strip().isdigit():
                 below.append(int(proxy_pid.read_text()))
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)      # the hub stops the learners' servers and the proxy
-                try:
-                    proc.wait(timeout=40)
-                except subprocess.TimeoutExpired:
-                    pass
-            for pid in below:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
+            # SIGTERM to the hub alone (it stops the learners' servers and the proxy), then SIGKILL to what is left
+            stop_group(proc, grace_s=40, also=below, term_leader_only=True)
         _kill_uids(uids)
         shutil.rmtree(shared, ignore_errors=True)
     left = [p for p in ports if _listening(p)]
