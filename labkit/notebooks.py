@@ -85,6 +85,14 @@ def run(path: str | os.PathLike, *, params: dict | None = None, out: str | os.Pa
     return out, time.perf_counter() - t0
 
 
+def has_checked_outputs(path: str | os.PathLike) -> bool:
+    """Whether a code cell of the notebook opens with ``# NBVAL_CHECK_OUTPUT`` (what ``--nbval-lax`` compares):
+    a notebook without one gains nothing from nbval's second execution — papermill already ran it."""
+    nb = json.loads(Path(path).read_text())
+    return any(c.get("cell_type") == "code" and "".join(c.get("source", "")).lstrip().startswith(
+        "# NBVAL_CHECK_OUTPUT") for c in nb.get("cells", []))
+
+
 def prepare_nbval(path: str | os.PathLike, *, params: dict | None = None) -> Path:
     """Write ``build/nbval/<path>``: the source with the CI parameters injected and its stored outputs.
 
