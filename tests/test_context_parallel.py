@@ -1,6 +1,7 @@
 """Context parallelism (chapter 26) on real gloo ranks: labkit's ring attention equals full causal attention,
-forward and backward, with and without causal load balancing; ``TrainConfig(cp=…)`` follows the single
-process's loss curve of the same global batch to float tolerance in fp32; bad layouts fail clearly."""
+forward and backward, with and without causal load balancing; ``TrainConfig(cp=…)`` — alone, with dp, with tp
+and with pp — follows the single process's loss curve of the same global batch to float tolerance in fp32,
+from the API, the CLI and plain torchrun; bad layouts fail clearly."""
 from __future__ import annotations
 
 import pytest
@@ -75,9 +76,13 @@ def test_cp_configs_are_checked():
         BASE.replace(cp=2, parallel="ddp", seq_len=62)
     with pytest.raises(ValueError, match=r"TrainConfig.parallel='single'.*use parallel='ddp' or 'fsdp'"):
         BASE.replace(cp=2)
-    for bad in ({"tp": 2}, {"checkpoint": True}, {"compile": True}, {"inject": "comm"}, {"moe_experts": 4}):
+    for bad in ({"checkpoint": True}, {"compile": True}, {"inject": "comm"}, {"moe_experts": 4}):
         with pytest.raises(ValueError, match="not supported with cp=2"):
             BASE.replace(cp=2, parallel="ddp", **bad)
+    BASE.replace(cp=2, tp=2, parallel="ddp", sequence_parallel=True)               # composes with tp (+ sp) …
+    BASE.replace(cp=2, pp=2, parallel="fsdp", accum=2)                              # … and with pp
+    with pytest.raises(ValueError, match=r"sequence_parallel=True .*seq_len/cp=18 tokens must be divisible by tp=4"):
+        BASE.replace(cp=2, tp=4, parallel="ddp", sequence_parallel=True, seq_len=36)
     with pytest.raises(ValueError, match="TrainConfig.cp"):
         BASE.replace(cp=0)
     with pytest.raises(ValueError, match="cp_balanced"):
@@ -86,6 +91,8 @@ def test_cp_configs_are_checked():
 
     with pytest.raises(ValueError, match=r"cp=2 = 2 ranks per model replica does not divide the 3 ranks"):
         _check([BASE.replace(cp=2, parallel="ddp")], 3)
+    with pytest.raises(ValueError, match=r"tp=2 × pp=1 × cp=2 = 4 ranks per model replica does not divide the 2"):
+        _check([BASE.replace(cp=2, tp=2, parallel="ddp")], 2)
 
 
 def test_cli_run_with_cp(capsys, single):
@@ -96,3 +103,70 @@ def test_cli_run_with_cp(capsys, single):
     out = capsys.readouterr().out
     assert "cp=2" in out and "rank 0 holds sequence chunks [0, 3] of 4" in out
     assert f"loss {single[0]:.3f} → {single[-1]:.3f}" in out
+
+
+@pytest.mark.slow
+def test_cp_with_tp_on_four_ranks(single):
+    """cp=2 × tp=2 (tp innermost): the ring runs on each rank's n_heads/tp heads, so it passes half the K/V
+    bytes of cp alone; DDP averages over the 2 cp ranks. Same curve as one process."""
+    from labkit.train.context_parallel import ring_probe
+
+    rec = run_many([BASE.replace(cp=2, tp=2, parallel="ddp")], 4, timeout_s=300, probe=ring_probe)[0]
+    assert rec.loss == pytest.approx(single, rel=TOL)
+    assert rec.n_devices == 4 and rec.tokens_per_step == 8 * 64    # one replica: 4 ranks share one batch of 8
+    lay = rec.extra["layout"]
+    assert lay["mesh"] == {"pp": 1, "dp": 1, "cp": 2, "tp": 2} and lay["coords"] == {"pp": 0, "dp": 0, "cp": 0, "tp": 0}
+    m = BASE.model_config
+    heads_here = m.n_heads // 2
+    kv = ra.kv_bytes_per_step(1, heads_here, m.seq_len, m.d_model // m.n_heads, 2)   # the probe's batch of 1
+    assert kv * 2 == ra.kv_bytes_per_step(1, m.n_heads, m.seq_len, m.d_model // m.n_heads, 2)
+    log = rec.extra["probe"]["log"]
+    assert [r["bytes_in"] for r in log] == [0, kv] * m.n_layers        # per layer: own block, then one received
+    assert [r["pairs"] for r in log] == [3, 2] * m.n_layers     # rank 0 (chunks 0, 3): 5 = 2·cp + 1 pairs per layer
+    assert sum(r["pairs"] for r in log) == ra.chunk_pairs(2)[0] * m.n_layers
+
+
+@pytest.mark.slow
+def test_cp_with_pp_on_four_ranks(single):
+    """cp=2 × pp=2 (1F1B, 2 micro-batches of 4): the first stage cuts each micro-batch to the rank's tokens,
+    the second attends over its own ring, the loss takes the targets at the rank's positions."""
+    rec = run_many([BASE.replace(cp=2, pp=2, parallel="ddp", micro_batch=4, accum=2)], 4, timeout_s=300)[0]
+    assert rec.loss == pytest.approx(single, rel=TOL)
+    assert rec.n_devices == 4 and rec.tokens_per_step == 8 * 64
+    lay = rec.extra["layout"]
+    assert lay["mesh"] == {"pp": 2, "dp": 1, "cp": 2, "tp": 1} and lay["cp_chunks"] == [0, 3]
+    assert lay["stages_here"] == [0] and lay["micro_batches"] == 2
+
+
+@pytest.mark.slow
+def test_cp_under_plain_torchrun(tmp_path, single):
+    """`labkit run --cp 2` as the 2 ranks of a plain torchrun job (no labkit.launch)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from labkit.record import RunRecord
+
+    out = tmp_path / "rec.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LABKIT_RUN_DIR", "TORCHELASTIC"))}
+    env["OMP_NUM_THREADS"] = "1"
+    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          "-m", "labkit", "run", "--cp", "2", "--steps", "3", "--warmup-steps", "1",
+                          "--micro-batch", "8", "--peak-flops", "1e12", "--save", str(out)],
+                         cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        text, _ = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:            # an interrupted torchrun leaves its workers: stop the whole group
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 0, text[-3000:]
+    assert "cp=2" in text and "rank 0 holds sequence chunks [0, 3] of 4" in text
+    rec = RunRecord.load(out)
+    assert rec.n_devices == 2 and rec.device["backend"] == "gloo" and rec.config["cp"] == 2
+    assert rec.config["parallel"] == "ddp" and rec.tokens_per_step == 8 * 64
+    assert rec.extra["layout"]["mesh"] == {"pp": 1, "dp": 1, "cp": 2, "tp": 1}
+    assert rec.loss == pytest.approx(single, rel=TOL)

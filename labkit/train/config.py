@@ -21,7 +21,7 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   micro-batches are the ``accum`` micro-batches; ``parallel`` then applies over the remaining
   dp = ranks / (tp·pp) ("single" when dp = 1);
 - **context parallelism** (chapter 26; :mod:`labkit.train.context_parallel`): ``cp`` ranks share each
-  sequence, attention by a ring over them (``cp_balanced``: causal load balancing); dp = ranks / cp;
+  sequence, attention by a ring over them (``cp_balanced``: causal load balancing); dp = ranks / (tp·pp·cp);
 - **mixture of experts** (chapter 26; :mod:`labkit.moe`, :mod:`labkit.train.expert_parallel`): ``moe_experts``
   top-k (``moe_top_k``) routed MLPs per block, ``moe_aux_loss`` the weight of Switch's balance loss, ``ep``
   expert-parallel ranks sharing the dp ranks (parallel="ddp", tp = pp = 1);

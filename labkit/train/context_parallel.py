@@ -1,7 +1,7 @@
 """Context parallelism of the reference GPT: each sequence split over the ``cp`` ranks, attention by a ring.
 
 With ``TrainConfig(cp=N)`` the ranks form the device mesh ``(pp, dp, cp, tp)`` of
-:mod:`labkit.train.parallel` (pp = tp = 1 here): the ``cp`` ranks of one data-parallel index read the same
+:mod:`labkit.train.parallel`: the ``cp`` ranks of one data-parallel index read the same
 micro-batches, and each keeps only its 2 of the 2·cp chunks of every sequence (:func:`labkit.ring_attention.
 positions`: chunks r and 2cp−1−r with ``cp_balanced``, the default; chunks 2r, 2r+1 without). Everything in
 a block but attention is per token, so it runs on the local tokens unchanged; the token and position
@@ -13,6 +13,15 @@ dp·cp ranks is the loss of the global batch, and the gradient of that mean is t
 gradients — DDP / FSDP2 over all dp·cp ranks (torchtitan's ``dp_shard_cp``) averages exactly that: the
 gradients are all-reduced over cp as over dp. The loss curve therefore equals the single-process run of the
 same global batch to float tolerance (``tests/test_context_parallel.py``).
+
+**With tensor parallelism** (``tp`` > 1, chapter 24; tp innermost, so a cp group joins ranks that hold the
+same heads) the ring runs inside the tensor-parallel region: each rank's column-split ``qkv`` gives q, k, v
+of its n_heads/tp heads only, so the ring passes those heads' K/V — 1/tp of the bytes of cp alone — and the
+row-split ``proj`` all-reduces over tp as before. **With pipeline parallelism** (``pp`` > 1) the first
+stage cuts each micro-batch to the rank's tokens, later stages attend over the ring of their own stage
+(every cp rank of a stage runs the same schedule, so their ring steps pair up), and the loss takes the
+targets at the rank's positions. In both, DDP / FSDP2 reduce over the flattened dp·cp dimension
+(:func:`labkit.train.parallel.grad_mesh`).
 
 The model learns nothing of this beyond two hooks: ``GPT.context_parallel`` (cuts the batch, gives the
 positions) and ``CausalSelfAttention.context_parallel`` (the attention core), set by
@@ -41,9 +50,11 @@ class ContextParallel:
         return idx[:, self.pos], (None if targets is None else targets[:, self.pos]), self.pos
 
     def attend(self, q, k, v):
-        """Causal ring attention of this rank's q, k, v over the cp group."""
-        from labkit.ring_attention import ring_attention
+        """Causal ring attention of this rank's q, k, v (batch, heads here, T/cp, head_dim) over the cp group."""
+        from labkit.ring_attention import positions, ring_attention
 
+        if self.pos is None or self.pos.numel() != q.shape[2]:   # a later pipeline stage never ran shard()
+            self.pos = positions(q.shape[2] * self.cp, self.cp, self.rank, self.balanced).to(q.device)
         return ring_attention(q, k, v, self.pos, self.group, log=self.log)
 
 
@@ -72,6 +83,28 @@ def apply_context_parallel(model, group, *, balanced: bool = True) -> ContextPar
     return plan
 
 
+def ring_probe(model, optimizer, cfg) -> dict:
+    """A :func:`labkit.train.train` probe (run in every rank after the last step): one forward of a
+    (1, seq_len) batch with the ring's log on — per attention layer and ring step, the chunk pairs computed
+    and the K/V bytes received (with tp > 1 those of this rank's n_heads/tp heads only). Not for pipelined
+    models. Taught in chapter 26."""
+    import torch
+
+    inner = getattr(model, "module", model)                 # DDP keeps the model as .module
+    plan = getattr(inner, "context_parallel", None)
+    if plan is None:
+        raise ValueError(f"ring_probe needs a context-parallel, unpipelined model (cp={cfg.cp}, pp={cfg.pp}): "
+                         "use cp ≥ 2 and pp = 1")
+    device = next(inner.parameters()).device
+    plan.log = []
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, cfg.model_config.seq_len, dtype=torch.long, device=device))
+        return {"cp_rank": plan.rank, "log": plan.log}
+    finally:
+        plan.log = None
+
+
 def check_config(cfg, bad) -> None:
     """``TrainConfig``'s checks of ``cp`` and ``cp_balanced`` (called from ``config_checks``)."""
     checks.count("TrainConfig.cp", cfg.cp)
@@ -85,12 +118,14 @@ def check_config(cfg, bad) -> None:
     if cfg.parallel not in ("ddp", "fsdp"):
         bad("parallel", f"cp={cfg.cp} splits each sequence over ranks whose gradients must be averaged: use "
             "parallel='ddp' or 'fsdp' (they reduce over all dp·cp ranks)")
-    rules = {"tp": cfg.tp > 1, "pp": cfg.pp > 1, "checkpoint": cfg.checkpoint_policy != "none",
+    if cfg.sequence_parallel and (seq // cfg.cp) % cfg.tp:
+        bad("sequence_parallel", f"each cp rank's seq_len/cp={seq // cfg.cp} tokens must be divisible by tp={cfg.tp}")
+    rules = {"checkpoint": cfg.checkpoint_policy != "none",
              "compile": cfg.compile, "cuda_graphs": cfg.cuda_graphs, "inject": cfg.inject != "none",
              "accum": cfg.adaptive, "val_every": cfg.val_every > 0, "comm_hook": cfg.comm_hook is not None,
              "checkpoint_every": cfg.checkpoint_every > 0 or cfg.resume_from is not None,
              "moe_experts": cfg.moe_experts > 0}
     for name, used in rules.items():
         if used:
-            bad(name, f"not supported with cp={cfg.cp} in labkit (context parallelism runs with tp = pp = 1, "
+            bad(name, f"not supported with cp={cfg.cp} in labkit (context parallelism runs "
                 "eager, no recomputation, a fixed accum, no injections, evaluation or checkpoints, dense MLPs)")

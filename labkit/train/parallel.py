@@ -25,11 +25,12 @@ compile). Order matters and follows the PyTorch docs:
 
 With ``tp`` > 1 or ``pp`` > 1 (chapter 24) the ranks form a device mesh ``(pp, dp, cp, tp)``
 (``init_device_mesh`` with named dimensions, tp innermost as in Megatron: the ranks of one tensor-parallel
-group are neighbours; cp is 1 here), and the order is torchtitan's: tensor parallelism over ``tp``
-(:mod:`labkit.train.tensor_parallel`), the pipeline cut into this rank's stages (:mod:`labkit.train.pipeline`),
-then per stage checkpointing and DDP / FSDP2 over ``dp`` (DDP over tensor-parallel parameters through torch's
-``_pre_dp_module_transform``, which hands DDP their local shards). The data is sharded over ``dp`` only:
-the ranks of one tp/pp group read the same micro-batches.
+group are neighbours), and the order is torchtitan's: tensor parallelism over ``tp``
+(:mod:`labkit.train.tensor_parallel`), ring attention over ``cp`` if cp > 1 (chapter 26,
+:mod:`labkit.train.context_parallel`), the pipeline cut into this rank's stages (:mod:`labkit.train.pipeline`),
+then per stage checkpointing and DDP / FSDP2 over ``dp`` — over dp·cp flattened when cp > 1 (DDP over
+tensor-parallel parameters through torch's ``_pre_dp_module_transform``, which hands DDP their local shards).
+The data is sharded over ``dp`` only: the ranks of one tp/pp/cp group read the same micro-batches.
 
 With ``ep`` > 1 (chapter 26, a MoE GPT: :mod:`labkit.train.expert_parallel`) expert parallelism shares the dp
 ranks (DeepSpeed-MoE's and torchtitan's choice; tp = pp = cp = 1 here): the dp ranks are factored as
@@ -115,7 +116,8 @@ def layout(cfg, n: int, rank: int) -> dict:
 
 
 def _model_parallel(model, cfg, device, n: int):
-    """tp/pp > 1: the mesh, tensor parallelism, the pipeline cut, then checkpointing and DP per stage."""
+    """tp/pp > 1: the mesh, tensor parallelism, ring attention (cp > 1), the pipeline cut, then checkpointing
+    and DP (over dp·cp) per stage."""
     from torch.distributed.device_mesh import init_device_mesh
 
     shape = mesh_shape(cfg, n)
@@ -124,6 +126,11 @@ def _model_parallel(model, cfg, device, n: int):
         from labkit.train.tensor_parallel import apply_tensor_parallel
 
         apply_tensor_parallel(model, mesh["tp"], sequence_parallel=cfg.sequence_parallel)
+    if shape["cp"] > 1:               # chapter 26: the ring over cp, on this rank's n_heads/tp heads
+        from labkit.train.context_parallel import apply_context_parallel
+
+        apply_context_parallel(model, mesh["cp"].get_group(), balanced=cfg.cp_balanced)
+    dp_mesh = grad_mesh(mesh, shape)                    # gradients are averaged over dp·cp
 
     def wrap(part):
         if cfg.checkpoint_policy != "none":
@@ -135,22 +142,31 @@ def _model_parallel(model, cfg, device, n: int):
                 from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
 
                 _pre_dp_module_transform(part)
-            part = DDP(part, process_group=mesh["dp"].get_group(), bucket_cap_mb=cfg.bucket_cap_mb,
+            part = DDP(part, process_group=dp_mesh.get_group(), bucket_cap_mb=cfg.bucket_cap_mb,
                        device_ids=[device] if device.type == "cuda" else None,
                        find_unused_parameters=cfg.pp > 1)   # pp: no bucket rebuild (one backward per micro-batch)
             if cfg.inter_node_gbit_s:                 # chapter 29: a slow link between "nodes"
                 from labkit.train.slow_link import install
 
-                install(part, cfg, mesh["dp"].get_group())
+                install(part, cfg, dp_mesh.get_group())
         elif cfg.parallel == "fsdp":
-            part = _fsdp2(part, cfg, device, shape["dp"], mesh=mesh["dp"])
+            part = _fsdp2(part, cfg, device, dp_mesh.size(), mesh=dp_mesh)
         return part
 
     if cfg.pp > 1:
         from labkit.train import pipeline
 
-        return pipeline.build(model, cfg, mesh, device, wrap)
+        return pipeline.build(model, cfg, mesh, device, wrap, dp_mesh=dp_mesh)
     return wrap(model)
+
+
+def grad_mesh(mesh, shape: dict):
+    """The 1-D mesh whose ranks average each gradient: ``dp``, or with cp > 1 the ``dp`` and ``cp`` dimensions
+    flattened (torchtitan's ``dp_shard_cp``): the cp ranks of a replica hold the same weights and each took
+    the gradient of its own share of the tokens. Taught in chapter 26."""
+    if shape["cp"] == 1:
+        return mesh["dp"]
+    return mesh["dp", "cp"]._flatten("dp_cp")
 
 
 def _checkpoint_blocks(model, policy="full") -> None:

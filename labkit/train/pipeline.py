@@ -70,6 +70,7 @@ class Stage(nn.Module):
         self.config, self.first, self.last, self.span = gpt.config, first, last, (lo, hi)
         if first:
             self.tok_emb, self.pos_emb, self.drop = gpt.tok_emb, gpt.pos_emb, gpt.drop
+        self.context_parallel = gpt.context_parallel     # chapter 26: cp > 1 cuts the sequence on entry
         self.blocks = nn.ModuleList(gpt.blocks[lo:hi])
         if last:
             self.ln_f, self.head = gpt.ln_f, gpt.head
@@ -78,7 +79,10 @@ class Stage(nn.Module):
         from labkit.models import GPT
 
         if self.first:
-            x = GPT.embed(self, x)
+            pos = None
+            if self.context_parallel is not None:     # this rank's share of each sequence (chapter 26)
+                x, _, pos = self.context_parallel.shard(x)
+            x = GPT.embed(self, x, pos)
         for block in self.blocks:
             x = block(x)
         return GPT.logits(self, x) if self.last else x
@@ -98,10 +102,12 @@ class Pipelined(nn.Module):
         raise RuntimeError("a pipelined model runs through its schedule (labkit.train.pipeline.step), not forward()")
 
 
-def _loss_fn(accum: int):
+def _loss_fn(accum: int, cp=None):
     import torch.nn.functional as F
 
     def loss(logits, targets):      # the loop's loss / accum on each micro-batch (chapter 15)
+        if cp is not None:          # chapter 26: the logits are of this rank's tokens only
+            targets = cp.shard(targets)[0]
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1)) / accum
 
     return loss
@@ -126,10 +132,10 @@ def _labelled_stage():
     return LabelledStage
 
 
-def build(gpt, cfg, mesh, device, wrap):
-    """Cut ``gpt`` (already tensor-parallel if tp > 1) into this rank's stages, wrap each with ``wrap``
-    (checkpointing, DDP/FSDP2 over ``dp``) and build ``cfg.pp_schedule`` over the ``pp`` group.
-    Taught in chapter 24."""
+def build(gpt, cfg, mesh, device, wrap, dp_mesh=None):
+    """Cut ``gpt`` (already tensor-parallel if tp > 1, with its ring attention hooked in if cp > 1) into this
+    rank's stages, wrap each with ``wrap`` (checkpointing, DDP/FSDP2 over ``dp_mesh``: ``dp``, or dp·cp) and
+    build ``cfg.pp_schedule`` over the ``pp`` group. Taught in chapter 24."""
     from torch.distributed.pipelining import (
         Schedule1F1B,
         ScheduleGPipe,
@@ -146,17 +152,17 @@ def build(gpt, cfg, mesh, device, wrap):
         mod = wrap(Stage(gpt, *spans[s], first=s == 0, last=s == n_stages - 1))
         modules.append(mod)
         stages.append(kind(mod, s, n_stages, device, group=group))
-    loss = _loss_fn(cfg.accum)
+    loss = _loss_fn(cfg.accum, gpt.context_parallel)
     if cfg.pp_schedule == "interleaved1f1b":
         schedule = ScheduleInterleaved1F1B(stages, n_microbatches=cfg.accum, loss_fn=loss, scale_grads=False)
     else:
         kind = ScheduleGPipe if cfg.pp_schedule == "gpipe" else Schedule1F1B
         schedule = kind(stages[0], n_microbatches=cfg.accum, loss_fn=loss, scale_grads=False)
     return Pipelined(modules, schedule, pp_group=group, holds_first=0 in here, holds_last=n_stages - 1 in here,
-                     tied=_tied_here(modules, gpt, cfg, mesh))
+                     tied=_tied_here(modules, gpt, cfg, mesh["dp"] if dp_mesh is None else dp_mesh))
 
 
-def _tied_here(modules, gpt, cfg, mesh):
+def _tied_here(modules, gpt, cfg, dp):
     """The tied weight as this rank's wrapped stages hold it (FSDP2 swaps in a sharded parameter; DDP
     wraps the stage), or None and the shape of the zeros a middle stage contributes."""
     import torch
@@ -168,8 +174,7 @@ def _tied_here(modules, gpt, cfg, mesh):
         if inner.last:
             return inner.head.weight
     shape = tuple(gpt.tok_emb.weight.shape)
-    if cfg.parallel == "fsdp":                         # FSDP2 shards dim 0 over dp like torch.chunk
-        dp = mesh["dp"]
+    if cfg.parallel == "fsdp":                         # FSDP2 shards dim 0 over dp (·cp) like torch.chunk
         shape = tuple(torch.empty(shape, device="meta").chunk(dp.size())[dp.get_local_rank()].shape)
     return shape
 
