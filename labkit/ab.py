@@ -358,14 +358,17 @@ def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1,
         from labkit.train.launch import run_many
 
         arms = call_order(rounds, warmup)
+        t_launch = time.perf_counter()
         recs = run_many([cfg_b if arm == "B" else cfg_a for arm, _ in arms], nprocs, timeout_s=timeout_s)
         queues = {"a": [figure(r) for (arm, _), r in zip(arms, recs, strict=True) if arm != "B"],
                   "b": [figure(r) for (arm, _), r in zip(arms, recs, strict=True) if arm == "B"]}
         runs = [{**r.to_dict(), "arm": arm, "when": when} for (arm, when), r in zip(arms, recs, strict=True)]
+        launch_s = time.perf_counter() - t_launch
         run_a, run_b = (lambda: queues["a"].pop(0)), (lambda: queues["b"].pop(0))
     else:
         run_a, run_b = runner(cfg_a), runner(cfg_b)
     res = ab_compare(run_a, run_b, rounds=rounds, warmup=warmup, metric=metric,
                      min_effect=min_effect, seed=None, unit="s" if metric == "time" else "tokens/s",
                      labels=(cfg_a.label, cfg_b.label) if cfg_a.label != cfg_b.label else ("A", "B"))
-    return replace(res, runs=tuple(runs)) if runs else res
+    # same_ranks: the runs happened in the launch, before the comparison — its wall time is the A/B's
+    return replace(res, runs=tuple(runs), wall_s=launch_s) if runs else res

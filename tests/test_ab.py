@@ -226,6 +226,29 @@ def test_ab_train_measures_longer_until_resolved(monkeypatch):
         ab_train(a, b, rounds=6, max_rounds=4)
 
 
+def test_ab_train_same_ranks_runs_every_arm_in_one_launch_and_reports_its_time(monkeypatch):
+    """same_ranks=True: one run_many call in call_order's interleaved order; the samples come from the records in
+    that order, every run is kept with its arm, and the report's time is the launch's (not ~0 s)."""
+    import time
+
+    import labkit.train.launch as launch
+
+    calls = []
+
+    def fake_run_many(cfgs, nprocs, timeout_s=600):
+        calls.append([c.label for c in cfgs])
+        time.sleep(0.05)
+        return [RunRecord(label=c.label, step_time=Stat(median=0.1 if c.label == "A" else 0.2, p10=0.1, p90=0.2, n=3),
+                          tokens_per_step=64) for c in cfgs]
+
+    monkeypatch.setattr(launch, "run_many", fake_run_many)
+    a, b = TrainConfig(label="A", parallel="ddp"), TrainConfig(label="B", parallel="ddp")
+    r = ab_train(a, b, nprocs=2, rounds=3, warmup=1, same_ranks=True)
+    assert len(calls) == 1 and len(calls[0]) == len(r.runs) == 2 * 1 + 9
+    assert [x["arm"] for x in r.runs].count("B") == 1 + 3 and r.verdict == "slower"
+    assert r.wall_s >= 0.05 and f"{r.wall_s:.1f} s" in r.report()
+
+
 @pytest.mark.slow
 def test_ab_train_live():
     """Two real tiny runs, one thread (a loaded machine makes OpenMP threads wait on each other):
