@@ -33,3 +33,26 @@ def stop_group(proc: subprocess.Popen, *, grace_s: float = 20, also=(), term_lea
     except ProcessLookupError:
         pass
     proc.wait(timeout=10)
+
+
+def torchrun_labkit(nproc: int, args: list, *, timeout_s: float = 180) -> tuple[int, str]:
+    """``labkit run ARGS`` as the ``nproc`` ranks of a plain torchrun job (no labkit.launch), from the repository
+    root with one thread per rank; returns (exit code, output). ``--standalone`` takes a free rendezvous port
+    (``--master_port=0`` is passed to the workers as port 0 and hangs). An interrupted torchrun leaves its
+    workers: the whole group is stopped."""
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LABKIT_RUN_DIR", "TORCHELASTIC"))}
+    env["OMP_NUM_THREADS"] = "1"
+    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          f"--nproc_per_node={nproc}", "-m", "labkit", "run", *map(str, args)],
+                         cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        text, _ = p.communicate(timeout=timeout_s)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return p.returncode, text

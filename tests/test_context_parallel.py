@@ -5,6 +5,7 @@ from the API, the CLI and plain torchrun; bad layouts fail clearly."""
 from __future__ import annotations
 
 import pytest
+from _procs import torchrun_labkit
 
 from labkit import ring_attention as ra
 from labkit.train import TrainConfig, run_many, train
@@ -141,29 +142,12 @@ def test_cp_with_pp_on_four_ranks(single):
 @pytest.mark.slow
 def test_cp_under_plain_torchrun(tmp_path, single):
     """`labkit run --cp 2` as the 2 ranks of a plain torchrun job (no labkit.launch)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from labkit.record import RunRecord
 
     out = tmp_path / "rec.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LABKIT_RUN_DIR", "TORCHELASTIC"))}
-    env["OMP_NUM_THREADS"] = "1"
-    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          "-m", "labkit", "run", "--cp", "2", "--steps", "3", "--warmup-steps", "1",
-                          "--micro-batch", "8", "--peak-flops", "1e12", "--save", str(out)],
-                         cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        text, _ = p.communicate(timeout=180)
-    finally:
-        if p.poll() is None:            # an interrupted torchrun leaves its workers: stop the whole group
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-    assert p.returncode == 0, text[-3000:]
+    rc, text = torchrun_labkit(2, ["--cp", 2, "--steps", 3, "--warmup-steps", 1, "--micro-batch", 8,
+                                   "--peak-flops", "1e12", "--save", out])
+    assert rc == 0, text[-3000:]
     assert "cp=2" in text and "rank 0 holds sequence chunks [0, 3] of 4" in text
     rec = RunRecord.load(out)
     assert rec.n_devices == 2 and rec.device["backend"] == "gloo" and rec.config["cp"] == 2

@@ -3,6 +3,7 @@ the same global batch as the single process and follows its loss curve to float 
 from __future__ import annotations
 
 import pytest
+from _procs import torchrun_labkit
 
 from labkit.train import TrainConfig, run_many, train
 
@@ -193,27 +194,10 @@ def test_cli_run_with_tp_and_pp(capsys, curves):
 @pytest.mark.slow
 def test_tp_pp_under_plain_torchrun(tmp_path, curves):
     """`labkit run --tp 2 --pp 2` as the 4 ranks of a plain torchrun job (no labkit.launch)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    from pathlib import Path
-
     out = tmp_path / "rec.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LABKIT_RUN_DIR", "TORCHELASTIC"))}
-    env["OMP_NUM_THREADS"] = "1"
-    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
-                          "-m", "labkit", "run", "--tp", "2", "--pp", "2", "--steps", "3", "--warmup-steps", "1",
-                          "--micro-batch", "4", "--peak-flops", "1e12", "--save", str(out)],
-                         cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        text, _ = p.communicate(timeout=240)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-    assert p.returncode == 0, text[-3000:]
+    rc, text = torchrun_labkit(4, ["--tp", 2, "--pp", 2, "--steps", 3, "--warmup-steps", 1, "--micro-batch", 4,
+                                   "--peak-flops", "1e12", "--save", out], timeout_s=240)
+    assert rc == 0, text[-3000:]
     from labkit.record import RunRecord
 
     rec = RunRecord.load(out)

@@ -3,14 +3,11 @@ equals a big batch; the record carries real measurements; CLI and torchrun forms
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _procs import torchrun_labkit
 
 from labkit.train import TrainConfig, build_model, forward_backward, run, train
 
@@ -132,21 +129,9 @@ def test_cli_run(capsys):
 def test_under_plain_torchrun(tmp_path):
     """The same command runs as the ranks of a plain torchrun job (no labkit.launch involved)."""
     out = tmp_path / "rec.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LABKIT_RUN_DIR", "TORCHELASTIC"))}
-    env["OMP_NUM_THREADS"] = "1"
-    # --standalone: a free rendezvous port (--master_port=0 is passed to the workers as port 0 and hangs)
-    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          "-m", "labkit", "run", "--parallel", "ddp", "--steps", "3",
-                          "--warmup-steps", "1", "--micro-batch", "4", "--peak-flops", "1e12", "--save", str(out)],
-                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-    try:
-        text, _ = p.communicate(timeout=180)
-    finally:
-        if p.poll() is None:            # an interrupted torchrun leaves its workers: stop the whole group
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-    assert p.returncode == 0, text[-3000:]
+    rc, text = torchrun_labkit(2, ["--parallel", "ddp", "--steps", 3, "--warmup-steps", 1, "--micro-batch", 4,
+                                   "--peak-flops", "1e12", "--save", out])
+    assert rc == 0, text[-3000:]
     from labkit.record import RunRecord
 
     rec = RunRecord.load(out)
