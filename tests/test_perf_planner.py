@@ -159,3 +159,15 @@ def test_gpu_count_is_capped_and_divisors_come_from_factorisation():
     assert len(_divisors(2**40 * 3)) == 82 and _divisors(2**31 - 1) == [1, 2**31 - 1]     # a prime: √n steps
     with pytest.raises(ValueError, match=r"is not valid for the planner: use at most 16,777,216"):
         plan("llama3-8b", cluster("dgx-a100", nodes=MAX_GPUS), global_batch=64, seq_len=1024)
+
+
+def test_explain_says_a_tie_in_time_and_memory_and_what_differs():
+    """lab10's seed 0 (GPT-3 175B on 64 H100): ZeRO-3 and FSDP tie in step time and memory; explain() must not say
+    the winner 'ranks first on memory' (68.1 vs 68.1 GiB) but name the one difference between them."""
+    from labkit.perf import exercise
+
+    t = exercise.assignment(0)
+    text = plan(t.model, t.cluster, global_batch=t.global_batch, seq_len=t.seq_len, allow_cross_node_tp=True).explain()
+    assert "A tie in time and memory" in text and "ranks first on memory" not in text
+    assert "differ only in strategy zero3 vs fsdp" in text
+    assert "tokens/s aggregate (" in text.splitlines()[0]

@@ -120,8 +120,8 @@ class Plan:
         if not self.predictions:
             return f"No feasible layout: {self._why_none()}."
         best, c = self.predictions[0], self.cluster
-        out = [f"Best: {best.layout.describe()} — {best.tokens_per_s:,.0f} tokens/s aggregate, "
-               f"{best.tokens_per_s_per_gpu:,.0f} per GPU, MFU {best.mfu:.1%}, step {best.step_s * 1e3:,.1f} ms, "
+        out = [f"Best: {best.layout.describe()} — {best.tokens_per_s:,.0f} tokens/s aggregate "
+               f"({best.tokens_per_s_per_gpu:,.0f} per GPU), MFU {best.mfu:.1%}, step {best.step_s * 1e3:,.1f} ms, "
                f"{best.memory['total'] / 2**30:.1f} GiB per GPU."]
         if len(self.predictions) > 1:
             run = self.predictions[1]
@@ -129,11 +129,19 @@ class Plan:
             diffs = {k: tr[k] - tb[k] for k in TERMS}
             key = max(diffs, key=diffs.get)
             gap = run.step_s / best.step_s - 1
-            out.append(f"Runner-up: {run.layout.describe()} — {run.tokens_per_s:,.0f} tokens/s "
+            out.append(f"Runner-up: {run.layout.describe()} — {run.tokens_per_s:,.0f} tokens/s aggregate "
                        f"({run.tokens_per_s_per_gpu:,.0f} per GPU), {gap:.1%} slower per step.")
-            if gap <= 1e-9:
-                out.append(f"A tie in time: the winner ranks first on memory ({best.memory['total'] / 2**30:.1f} vs "
-                           f"{run.memory['total'] / 2**30:.1f} GiB per GPU).")
+            mem_b, mem_r = best.memory["total"] / 2**30, run.memory["total"] / 2**30
+            if gap <= 1e-9 and mem_r - mem_b > 0.05:
+                out.append(f"A tie in time: the winner ranks first on memory ({mem_b:.1f} vs {mem_r:.1f} GiB per GPU).")
+            elif gap <= 1e-9:
+                from dataclasses import asdict
+
+                la, lb = asdict(best.layout), asdict(run.layout)
+                differ = ", ".join(f"{k} {la[k]} vs {lb[k]}" for k in la if la[k] != lb[k])
+                out.append(f"A tie in time and memory ({mem_b:.1f} GiB per GPU each): the model cannot choose between "
+                           f"them — they differ only in {differ}, which its terms price the same; choose by what "
+                           "the model leaves out (the implementation you trust, its overlap in practice).")
             else:
                 out.append(f"Decided by {TERM_LABELS[key]}: {tb[key] * 1e3:,.1f} ms in the winner vs {tr[key] * 1e3:,.1f} "
                            f"ms in the runner-up (step {best.step_s * 1e3:,.1f} vs {run.step_s * 1e3:,.1f} ms)."
@@ -146,7 +154,8 @@ class Plan:
                        "per GPU).")
         if cross:
             x = cross[0]
-            out.append(f"Best layout with TP across nodes: {x.layout.describe()} — {x.tokens_per_s:,.0f} tokens/s, "
+            out.append(f"Best layout with TP across nodes: {x.layout.describe()} — {x.tokens_per_s:,.0f} tokens/s aggregate "
+                       f"({x.tokens_per_s_per_gpu:,.0f} per GPU), "
                        f"its TP all-reduces {x.exposed_s.get('tp', 0) / x.step_s:.0%} of the step "
                        f"({best.tokens_per_s / x.tokens_per_s:.2f}× slower than the best).")
         uneven = [p for p in self.predictions if p.layout.pp > 1 and self._layers % (p.layout.pp * p.layout.virtual_stages)]
@@ -155,7 +164,8 @@ class Plan:
             c = u.layout.pp * u.layout.virtual_stages
             out.append(f"Best with uneven pipeline stages: {u.layout.describe()} — {self._layers} layers over {c} "
                        f"model chunk(s), the slowest holding {-(-self._layers // c)} (compute ×"
-                       f"{_stage_imbalance(self._layers, c):.3f}): {u.tokens_per_s:,.0f} tokens/s, MFU {u.mfu:.1%}.")
+                       f"{_stage_imbalance(self._layers, c):.3f}): {u.tokens_per_s:,.0f} tokens/s aggregate, "
+                       f"MFU {u.mfu:.1%}.")
         if self.rejected:
             out.append(f"{len(self.rejected)} layout(s) set aside for memory (limit {self.memory_limit / 2**30:.1f} GiB "
                        "per GPU).")
