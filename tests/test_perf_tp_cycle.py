@@ -82,8 +82,13 @@ def test_validate_mp_calibrates_a_cycle_on_tp_ranks_each_round_and_prices_it(mon
     monkeypatch.setattr(fit, "fit_gloo_links", links)
     monkeypatch.setattr(tp_cycle, "tp_pair_cycle", cycle)
     monkeypatch.setattr(runs, "measure_steps_then_rates", steps_then_rates)
+    from labkit.perf_validate import stage_times
+
+    monkeypatch.setattr(stage_times, "measure_part_times", lambda *a, **k: (calls.append(("parts",)),
+                        stage_times.PartTimes(0.002, 0.03, 0.04, 4))[1])
     v = mp.validate_mp("small", nranks=(2, 4), micro_batch=2, accum=4, rounds=2)
     assert [c for c in calls if c[0] == "cycle"] == [("cycle", 2), ("cycle", 4)] * 2      # tp ranks, every round
+    assert calls.count(("parts",)) == 2 and calls[0] == ("parts",)                       # the GPT's parts, every round
     assert calls.index(("cycle", 2)) < calls.index(next(c for c in calls if c[0] == "measure"))
     t = v.table.set_index(["kind", "ranks"])
     want = tp_cycle.fit_tp_cycle((1e5, 4e5), (2e-4, 5e-4), 2).overhead_s(8, 4, 2 * 128 * 256 * 4)
@@ -93,4 +98,5 @@ def test_validate_mp_calibrates_a_cycle_on_tp_ranks_each_round_and_prices_it(mon
     assert (t[parts].sum(axis=1) - t["pred_step_ms"]).abs().max() < 1e-9
     text = v.format()
     assert "TP DTensor" in text and "TP pair cycle on 2 ranks" in text and "TP pair cycle on 4 ranks" in text
+    assert "GPT parts" in text and v.parts.tail_s == 0.04
     assert isinstance(v.table, pd.DataFrame) and set(v.cycles) == {2, 4}

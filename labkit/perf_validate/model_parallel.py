@@ -9,7 +9,10 @@ sequences of s tokens (h = d_model, 4-byte fp32 activations):
   calibration as the DDP/FSDP2 cells). TP splits only the blocks (Megatron's column/row split of qkv, proj,
   fc, proj); the embeddings, final norm and the tied head stay whole on every TP rank. PP cuts the blocks
   into p·v consecutive chunks (:func:`labkit.train.pipeline.split_layers`), the first chunk also runs the
-  embeddings, the last the head: the slowest rank sets the pace, m of its micro-batches per step.
+  embeddings, the last the head: the slowest rank sets the pace, m of its micro-batches per step. With
+  measured part times (:mod:`labkit.perf_validate.stage_times`) each rank's share of the whole model's
+  seconds is its parts' measured share, not its FLOPs' share (the head is half the small GPT's FLOPs, not
+  half its time): t_mb(rank) = share(rank) × the whole model's micro-batch at the calibrated rate.
 - **TP all-reduces**: 4 per block and micro-batch (2 forward, 2 backward: Shoeybi et al. 2019 §3), each of
   b·s·h·4 bytes, priced with the gloo all-reduce α–β fitted on tp ranks.
 - **TP DTensor work**: what ``parallelize_module`` adds beyond those all-reduces — DTensor's dispatch and
@@ -115,13 +118,14 @@ def _ring(link, op: str, size: float, n: int) -> float:
 
 
 def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None, pp_all_reduce=None,
-                    send_recv=None, tp_cycle=None) -> MPStepPrediction:
+                    send_recv=None, tp_cycle=None, part_times=None) -> MPStepPrediction:
     """Predict one optimizer step of ``cfg`` (``tp``/``pp`` > 1, dp = 1) on ``nranks`` gloo ranks by the terms of
     the module docstring. ``flops_per_s``: the hardware FLOP/s one rank keeps while ``nranks`` plain ranks
     compute at once; ``tp_all_reduce`` / ``pp_all_reduce``: :class:`labkit.comm.AlphaBeta` of the gloo
     all-reduce fitted on tp / pp ranks; ``send_recv``: of gloo send/recv (2 ranks); ``tp_cycle``: a
     :class:`labkit.perf_validate.tp_cycle.TPCycle` measured on tp ranks (None: DTensor's own work unpriced,
-    ``tp_overhead_s`` = 0). Taught in chapter 24."""
+    ``tp_overhead_s`` = 0); ``part_times``: a :class:`labkit.perf_validate.stage_times.PartTimes` (None: each
+    rank's share of the compute by its FLOPs). Taught in chapter 24."""
     if not hasattr(cfg, "model_config") or not hasattr(cfg, "tp"):
         raise checks.ArgumentTypeError(f"cfg must be a labkit.train.TrainConfig, got {type(cfg).__name__} "
                                        f"{cfg!r:.60}")
@@ -133,7 +137,14 @@ def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None,
         raise ValueError("sequence_parallel=True is not priced here (reduce-scatter + all-gather pairs): use False")
     mc, m, v = cfg.model_config, cfg.accum, cfg.virtual_stages
     tokens_mb = cfg.micro_batch * mc.seq_len
-    t_mb = [f * tokens_mb / rate for f in rank_flops_per_token(cfg)]          # each pp rank, one micro-batch
+    if part_times is None:
+        t_mb = [f * tokens_mb / rate for f in rank_flops_per_token(cfg)]      # each pp rank, one micro-batch
+    else:
+        from labkit import flops
+        from labkit.perf_validate.stage_times import rank_time_shares
+
+        whole = flops.hardware_flops_per_token(mc.shape(), recompute=cfg.recompute) * tokens_mb / rate
+        t_mb = [x * whole for x in rank_time_shares(cfg, part_times)]
     compute = m * max(t_mb)
     bubble = (sum(t_mb) - max(t_mb)) / v if cfg.pp > 1 else 0.0
     act = cfg.micro_batch * mc.seq_len * mc.d_model * 4
@@ -178,6 +189,7 @@ class MPValidation:
     target: float
     assumptions: list
     cycles: dict = field(default_factory=dict)        # {ranks: TPCycle} of the last round
+    parts: object = None                              # PartTimes of the last round
 
     def format(self) -> str:
         cols = {"kind": "config", "ranks": "ranks", "model": "size", "pred_compute_ms": "compute",
@@ -194,6 +206,7 @@ class MPValidation:
         links = [f"  link on {n} ranks, {op}: alpha {ab.alpha_s * 1e6:.1f} us, beta {ab.beta_s_per_byte * 1e9:.3f} ns/B"
                  for n, d in sorted(self.links.items()) for op, ab in sorted(d.items())]
         links += [f"  {c.format()}" for _, c in sorted(self.cycles.items())]
+        links += [f"  {self.parts.format()}"] if self.parts is not None else []
         counts = [f"  {r.kind} x{r.ranks}: {int(r.n_tp)} TP all-reduces ({int(r.n_pairs)} column/row pairs) + "
                   f"{int(r.n_pp)} PP sends of "
                   f"{r.act_bytes / 1e3:.0f} kB per rank and step, bubble {r.bubble_fraction:.3f} of compute, "
@@ -222,6 +235,7 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
     from labkit.model_config import SIZES
     from labkit.perf_validate import fit as _fit
     from labkit.perf_validate.runs import measure_steps_then_rates
+    from labkit.perf_validate.stage_times import measure_part_times
     from labkit.perf_validate.tp_cycle import tp_pair_cycle
     from labkit.train import TrainConfig
 
@@ -238,8 +252,10 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
                        accum=checks.count("accum", accum), steps=steps, warmup_steps=warmup_steps, dtype="fp32",
                        device="cpu", label=model)
     plain = base.replace(parallel="single", label=f"{model} concurrent calibration")   # the same m micro-batches
-    rows, links, cycles = [], {}, {}
+    rows, links, cycles, parts = [], {}, {}, None
     for r in range(checks.count("rounds", rounds)):
+        say(f"calibrating: the GPT's parts (embeddings, blocks, tail) forward + backward on 1 rank (round {r + 1})")
+        parts = measure_part_times(model, micro_batch, timeout_s=timeout_s)
         for n in counts:
             here = [(k, m) for k, m in cells if m == n]
             if not here:
@@ -260,7 +276,7 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
                 pp_link = links.get(cfg.pp, links[n])["all_reduce"]
                 pr = predict_mp_step(cfg, n, flops_per_s=rate[0], tp_all_reduce=tp_link, pp_all_reduce=pp_link,
                                      send_recv=links[n]["send_recv"],
-                                     tp_cycle=cycles.get((r, cfg.tp)))
+                                     tp_cycle=cycles.get((r, cfg.tp)), part_times=parts)
                 st = rec.step_time
                 rows.append({"model": model, "kind": k, "ranks": n, "round": r, "pred_compute_ms": pr.compute_s * 1e3,
                              "pred_bubble_ms": pr.bubble_s * 1e3, "pred_tp_ms": pr.tp_s * 1e3,
@@ -283,10 +299,11 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
     assumptions = [
         f"{model}: micro-batch {micro_batch} sequences, m = accum = {accum} micro-batches, fp32, 1 thread per rank, "
         "dp = 1; PP runs 1F1B (v = 1)",
-        "compute: the hardware FLOP/s one rank keeps while n plain ranks of the same model (same micro-batch and m, "
+        "compute: the whole model's micro-batch at the hardware FLOP/s one rank keeps while n plain ranks of the same model (same micro-batch and m, "
         "so the optimizer step and data work per step are shared alike) compute independently, "
-        "measured in the same processes right after the cells (never a TP or PP run); blocks / tp, embeddings and "
-        "head whole on every TP rank; the slowest pipeline rank x m",
+        "measured in the same processes right after the cells (never a TP or PP run), divided between the ranks by "
+        "the measured times of the GPT's parts on 1 rank (labkit.perf_validate.stage_times; blocks / tp, embeddings "
+        "and tail whole on every TP rank); the slowest pipeline rank x m",
         "TP: 4 all-reduces of b*s*h*4 bytes per block and micro-batch (Shoeybi et al. 2019 s3), gloo all-reduce "
         "alpha-beta fitted on tp ranks (p10 of a 64 KiB-16 MiB sweep; for TPxPP the 2-rank fit, taken with 2 ranks "
         "in the world); TP DTensor: per column/row pair (2 per block) m x (a + b x b*s*h*4), "
@@ -300,4 +317,4 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
         f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}",
     ]
     return MPValidation(table=t, rounds=rows, links=links, target=target, assumptions=assumptions,
-                        cycles={t: c for (k, t), c in cycles.items() if k == r})
+                        cycles={t: c for (k, t), c in cycles.items() if k == r}, parts=parts)
