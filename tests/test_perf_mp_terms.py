@@ -148,5 +148,5 @@ def test_tp_cycle_refuses_bad_input_by_name():
         fit_tp_cycle([1e4, 1e5], [1e-4, 2e-4], 1)
     with pytest.raises(ValueError, match="two distinct counts"):
         tp_pair_cycle(2, rows=(64, 64))
-    with pytest.raises(ValueError, match="width=6 must be divisible by nranks=4"):
+    with pytest.raises(ValueError, match="width=6 must be divisible by tp=4"):
         tp_pair_cycle(4, width=6)

@@ -17,8 +17,9 @@ sequences of s tokens (h = d_model, 4-byte fp32 activations):
   b·s·h·4 bytes, priced with the gloo all-reduce α–β fitted on tp ranks.
 - **TP DTensor work**: what ``parallelize_module`` adds beyond those all-reduces — DTensor's dispatch and
   redistributions per op, the copies around each collective — per Megatron column/row pair (2 per block) and
-  micro-batch: pairs × m × (a + b·b·s·h·4), a and b calibrated on a synthetic stack of column/row-parallel Linear pairs on tp ranks minus its local shard on
-  1 rank, its bare all-reduces taken out (:mod:`labkit.perf_validate.tp_cycle`; never a GPT).
+  micro-batch: pairs × m × (a + b·b·s·h·4), a and b calibrated on a synthetic stack of column/row-parallel
+  Linear pairs split over groups of tp ranks among N, as the cell runs them, minus its local shard on 1 rank,
+  its bare all-reduces taken out (:mod:`labkit.perf_validate.tp_cycle`; never a GPT).
 - **PP sends**: 2·v·m point-to-point transfers per rank (activations forward, their gradients back:
   Narayanan et al. 2021 §2.2), each of b·s·h·4 bytes — the trainer sends whole activations on every TP rank
   (no scatter/gather optimisation) — priced with the gloo send/recv α–β fitted on 2 ranks; plus the trainer's
@@ -188,7 +189,7 @@ class MPValidation:
     links: dict
     target: float
     assumptions: list
-    cycles: dict = field(default_factory=dict)        # {ranks: TPCycle} of the last round
+    cycles: dict = field(default_factory=dict)        # {(tp, ranks): TPCycle} of the last round
     parts: object = None                              # PartTimes of the last round
 
     def format(self) -> str:
@@ -262,10 +263,9 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
                 continue
             say(f"calibrating: gloo all_reduce and send_recv sweeps on {n} ranks (round {r + 1})")
             links[n] = _fit.fit_gloo_links(n, ("all_reduce", "send_recv"), iters=link_iters)
-            for t in sorted({mp_config(base, k, n).tp for k, _ in here} - {1}):     # each round afresh
-                if (r, t) not in cycles:
-                    say(f"calibrating: TP pair cycle on {t} ranks vs its local shard on 1 (synthetic Linear pairs)")
-                    cycles[(r, t)] = tp_pair_cycle(t, timeout_s=timeout_s)
+            for t in sorted({mp_config(base, k, n).tp for k, _ in here} - {1}):     # each round afresh, as the cell
+                say(f"calibrating: TP pair cycle, groups of {t} in {n} ranks, vs its local shard on 1 (synthetic pairs)")
+                cycles[(r, t, n)] = tp_pair_cycle(n, tp=t, timeout_s=timeout_s)
             say(f"measuring: {', '.join(k for k, _ in here)} on {n} ranks, {repeats} interleaved repeats; then the "
                 "same processes compute plain and independently (the rate at this concurrency)")
             recs, rate = measure_steps_then_rates([mp_config(base, k, n) for k, _ in here], [plain], n,
@@ -276,7 +276,7 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
                 pp_link = links.get(cfg.pp, links[n])["all_reduce"]
                 pr = predict_mp_step(cfg, n, flops_per_s=rate[0], tp_all_reduce=tp_link, pp_all_reduce=pp_link,
                                      send_recv=links[n]["send_recv"],
-                                     tp_cycle=cycles.get((r, cfg.tp)), part_times=parts)
+                                     tp_cycle=cycles.get((r, cfg.tp, n)), part_times=parts)
                 st = rec.step_time
                 rows.append({"model": model, "kind": k, "ranks": n, "round": r, "pred_compute_ms": pr.compute_s * 1e3,
                              "pred_bubble_ms": pr.bubble_s * 1e3, "pred_tp_ms": pr.tp_s * 1e3,
@@ -307,8 +307,9 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
         "TP: 4 all-reduces of b*s*h*4 bytes per block and micro-batch (Shoeybi et al. 2019 s3), gloo all-reduce "
         "alpha-beta fitted on tp ranks (p10 of a 64 KiB-16 MiB sweep; for TPxPP the 2-rank fit, taken with 2 ranks "
         "in the world); TP DTensor: per column/row pair (2 per block) m x (a + b x b*s*h*4), "
-        "from a synthetic stack of parallelize_module-d Linear pairs on tp ranks minus its local shard on 1 rank "
-        "and minus its bare all-reduces (labkit.perf_validate.tp_cycle; for TPxPP the 2-rank cycle)",
+        "from a synthetic stack of parallelize_module-d Linear pairs in groups of tp ranks among n (as the cell: "
+        "TPxPP's two groups of 2 at once on 4) minus its local shard on 1 rank and minus its bare all-reduces "
+        "(labkit.perf_validate.tp_cycle)",
         "PP: 2*v*m sends of b*s*h*4 bytes per rank (gloo send/recv alpha-beta fitted on n ranks), plus the tied "
         "embedding's gradient all-reduce (V*h*4 bytes) over the pp group; bubble (sum of the ranks' micro-batch "
         "times - the slowest's)/v = (p-1)/(v*m) of compute for equal stages (Narayanan et al. 2021 s2.2)",
@@ -317,4 +318,4 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
         f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}",
     ]
     return MPValidation(table=t, rounds=rows, links=links, target=target, assumptions=assumptions,
-                        cycles={t: c for (k, t), c in cycles.items() if k == r}, parts=parts)
+                        cycles={(t, n): c for (k, t, n), c in cycles.items() if k == r}, parts=parts)

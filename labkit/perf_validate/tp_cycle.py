@@ -49,6 +49,7 @@ class TPCycle:
     beta_s_per_byte: float
     act_bytes: tuple
     cost_s: tuple
+    tp: int = 0                   # ranks per TP group (0: all nranks)
 
     def cost(self, act_bytes: float) -> float:
         """Seconds per pair and micro-batch at ``act_bytes`` (≥ 0: a negative fit is clamped)."""
@@ -62,14 +63,15 @@ class TPCycle:
 
     def format(self) -> str:
         pts = ", ".join(f"{b / 1e3:.0f} kB {c * 1e6:.0f} us" for b, c in zip(self.act_bytes, self.cost_s, strict=True))
-        return (f"TP pair cycle on {self.nranks} ranks (DTensor's own work beyond the all-reduces): "
+        where = f"{self.nranks} ranks" + (f" (groups of tp={self.tp})" if self.tp not in (0, self.nranks) else "")
+        return (f"TP pair cycle on {where} (DTensor's own work beyond the all-reduces): "
                 f"{self.alpha_s * 1e6:.0f} us + {self.beta_s_per_byte * 1e9:.3f} ns/B per pair and micro-batch "
                 f"(measured: {pts})")
 
 
-def fit_tp_cycle(act_bytes, cost_s, nranks: int) -> TPCycle:
+def fit_tp_cycle(act_bytes, cost_s, nranks: int, *, tp: int | None = None) -> TPCycle:
     """Least-squares line cost = a + b·bytes through per-pair costs measured at ``act_bytes`` (at least two
-    distinct sizes). Taught in chapter 24."""
+    distinct sizes) on ``nranks`` ranks in groups of ``tp`` (default all). Taught in chapter 24."""
     import numpy as np
 
     x = [checks.positive("act_bytes", b) for b in act_bytes]
@@ -79,7 +81,7 @@ def fit_tp_cycle(act_bytes, cost_s, nranks: int) -> TPCycle:
                          f"act_bytes={list(act_bytes)} and cost_s={list(cost_s)}")
     b, a = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)
     return TPCycle(nranks=checks.count("nranks", nranks, at_least=2), alpha_s=float(a), beta_s_per_byte=float(b),
-                   act_bytes=tuple(x), cost_s=tuple(y))
+                   act_bytes=tuple(x), cost_s=tuple(y), tp=0 if tp is None else checks.count("tp", tp, at_least=2))
 
 
 def _stack(h: int, w: int, pairs: int):
@@ -88,10 +90,10 @@ def _stack(h: int, w: int, pairs: int):
     return nn.Sequential(*(nn.Sequential(nn.Linear(h, w), nn.Linear(w, h)) for _ in range(pairs)))
 
 
-def _pair_cells(rows: list, h: int, w: int, pairs: int, iters: int, warmup: int, local_of: int = 0) -> list:
+def _pair_cells(rows: list, h: int, w: int, pairs: int, iters: int, warmup: int, local_of: int = 0, tp: int = 0) -> list:
     """What each rank runs: per row count, (forward + backward per pair, bare all-reduce of rows·h fp32) medians in
-    seconds. On N > 1 ranks the stack is split by columns/rows over all
-    ranks; on 1 rank (``local_of`` = N) it is the plain local shard of N ranks."""
+    seconds. On N > 1 ranks the stack is split by columns/rows over groups of ``tp`` ranks (0: all N), every group
+    at once; on 1 rank (``local_of`` = tp) it is the plain local shard of tp ranks."""
     import statistics
     import time
 
@@ -103,7 +105,8 @@ def _pair_cells(rows: list, h: int, w: int, pairs: int, iters: int, warmup: int,
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-        mesh = init_device_mesh("cpu", (n,))
+        t = tp or n
+        mesh = init_device_mesh("cpu", (n // t, t), mesh_dim_names=("rep", "tp"))["tp"]
     out = []
     for r in rows:
         torch.manual_seed(0)
@@ -124,7 +127,7 @@ def _pair_cells(rows: list, h: int, w: int, pairs: int, iters: int, warmup: int,
             if n > 1:
                 dist.barrier()
                 t3 = time.perf_counter()
-                dist.all_reduce(buf)
+                dist.all_reduce(buf, group=mesh.get_group())
                 ar.append(time.perf_counter() - t3)
             if i >= warmup:
                 fb.append((t1 - t0) / pairs)
@@ -132,12 +135,13 @@ def _pair_cells(rows: list, h: int, w: int, pairs: int, iters: int, warmup: int,
     return out
 
 
-def tp_pair_cycle(nranks: int, rows=TP_CYCLE_ROWS, *, h: int = 256, width: int = 16, pairs: int = 4, iters: int = 9,
-                  warmup: int = 3, timeout_s: float = 300) -> TPCycle:
+def tp_pair_cycle(nranks: int, rows=TP_CYCLE_ROWS, *, tp: int | None = None, h: int = 256, width: int = 16,
+                  pairs: int = 4, iters: int = 9, warmup: int = 3, timeout_s: float = 300) -> TPCycle:
     """Measure :class:`TPCycle` on ``nranks`` gloo ranks (module docstring): ``pairs`` column/row pairs of width
-    ``h`` (inner width ``width``, divisible by ``nranks``), inputs of each of ``rows``; medians of ``iters`` after
-    ``warmup`` on rank 0, a barrier before each. Two launches (``nranks`` ranks, then 1), neither a training run.
-    Taught in chapter 24."""
+    ``h`` (inner width ``width``, divisible by ``tp``) split over groups of ``tp`` ranks (default all ``nranks``;
+    e.g. tp = 2 in a world of 4, as a TP2×PP2 cell runs them: every group at once), inputs of each of ``rows``;
+    medians of ``iters`` after ``warmup`` on rank 0, a barrier before each. Two launches (``nranks`` ranks, then
+    1), neither a training run. Taught in chapter 24."""
     from labkit.launcher.parent import launch
 
     n = checks.count("nranks", nranks, at_least=2)
@@ -145,11 +149,14 @@ def tp_pair_cycle(nranks: int, rows=TP_CYCLE_ROWS, *, h: int = 256, width: int =
     if len(set(rs)) < 2:
         raise ValueError(f"rows must hold at least two distinct counts to fit a + b·bytes, got {rs}")
     hh, w, k = checks.count("h", h), checks.count("width", width), checks.count("pairs", pairs)
-    if w % n:
-        raise ValueError(f"width={w} must be divisible by nranks={n} (a column split of whole columns)")
+    t = n if tp is None else checks.count("tp", tp, at_least=2)
+    if n % t:
+        raise ValueError(f"tp={t} must divide nranks={n} (groups of tp ranks)")
+    if w % t:
+        raise ValueError(f"width={w} must be divisible by tp={t} (a column split of whole columns)")
     it, wu = checks.count("iters", iters), checks.count("warmup", warmup, at_least=0)
     env = {"OMP_NUM_THREADS": "1"}
-    many = launch(_pair_cells, n, args=(rs, hh, w, k, it, wu), env=env, timeout_s=timeout_s, stream=False).value
-    alone = launch(_pair_cells, 1, args=(rs, hh, w, k, it, wu, n), env=env, timeout_s=timeout_s, stream=False).value
+    many = launch(_pair_cells, n, args=(rs, hh, w, k, it, wu, 0, t), env=env, timeout_s=timeout_s, stream=False).value
+    alone = launch(_pair_cells, 1, args=(rs, hh, w, k, it, wu, t), env=env, timeout_s=timeout_s, stream=False).value
     cost = [(fb - 2 * ar) - fb1 for (fb, ar), (fb1, _) in zip(many, alone, strict=True)]
-    return fit_tp_cycle([r * hh * 4 for r in rs], cost, n)
+    return fit_tp_cycle([r * hh * 4 for r in rs], cost, n, tp=t)
