@@ -25,7 +25,10 @@ machine, and as much again for the TP/PP cells.
 The TP, PP (1F1B) and TP×PP cells (issue #24; :mod:`labkit.perf_validate.model_parallel`) are predicted the same
 way — compute at the rate n plain ranks keep, measured in the same processes right after the cells; α–β of gloo
 all-reduce and send/recv fitted on n ranks — and print each term: TP all-reduces (4 per block and micro-batch),
-PP sends (2·v·m per rank, plus the tied embedding's all-reduce) and the bubble.
+TP's own DTensor work (per column/row pair, calibrated on a synthetic parallelize_module-d Linear stack on tp ranks
+minus its 1-rank shard: labkit.perf_validate.tp_cycle), PP sends (2·v·m per rank, plus the tied embedding's
+all-reduce) and the bubble; each rank's share of the compute by the measured times of the GPT's parts
+(embeddings, blocks, tail) on 1 rank, not by their FLOPs (labkit.perf_validate.stage_times).
 """
 from __future__ import annotations
 

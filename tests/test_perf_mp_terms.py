@@ -90,3 +90,63 @@ def test_bad_input_is_refused_by_name():
         mp.predict_mp_step({"tp": 2}, 2, flops_per_s=RATE)
     with pytest.raises(ValueError, match="no cell"):
         mp.validate_mp("small", ["tpxpp"], [2])
+
+
+# ------------------------------------------------------------------ TP's own DTensor work (labkit.perf_validate.tp_cycle)
+def test_tp_cycle_fit_recovers_a_line_from_constructed_costs():
+    from labkit.perf_validate.tp_cycle import fit_tp_cycle
+
+    sizes = [65536, 262144, 1048576]
+    c = fit_tp_cycle(sizes, [3e-4 + 2e-10 * b for b in sizes], 2)
+    assert (c.alpha_s, c.beta_s_per_byte) == (pytest.approx(3e-4), pytest.approx(2e-10))
+    assert c.cost(1e5) == pytest.approx(3e-4 + 2e-5)
+    assert "300 us + 0.200 ns/B per pair and micro-batch" in c.format() and "66 kB" in c.format()
+    noisy = fit_tp_cycle(sizes, [3e-4 + 2e-10 * b + e for b, e in zip(sizes, (2e-5, -3e-5, 1e-5), strict=True)], 2)
+    assert noisy.alpha_s == pytest.approx(3e-4, abs=4e-5) and noisy.beta_s_per_byte == pytest.approx(2e-10, rel=0.2)
+    assert fit_tp_cycle(sizes, [-1e-3, -1e-3, -1e-3], 2).cost(1e5) == 0.0          # a negative fit is clamped
+
+
+def test_tp_cycle_prices_pairs_times_micro_batches():
+    from labkit.perf_validate.tp_cycle import TPCycle
+
+    c = TPCycle(nranks=2, alpha_s=1e-4, beta_s_per_byte=1e-9, act_bytes=(1.0, 2.0), cost_s=(0.0, 0.0))
+    assert c.overhead_s(8, 4, 1e5) == pytest.approx(8 * 4 * (1e-4 + 1e-4))
+    assert c.overhead_s(0, 4, 1e5) == 0.0
+    with pytest.raises(ValueError, match="micro_batches"):
+        c.overhead_s(8, 0, 1e5)
+
+
+def test_the_tp_dtensor_term_is_pairs_times_the_cycle_beside_the_all_reduces():
+    from labkit.perf_validate.tp_cycle import TPCycle
+
+    cyc = TPCycle(nranks=2, alpha_s=1e-4, beta_s_per_byte=1e-9, act_bytes=(1.0, 2.0), cost_s=(0.0, 0.0))
+    cfg = mp.mp_config(BASE, "tp", 2)
+    bare = mp.predict_mp_step(cfg, 2, flops_per_s=RATE, tp_all_reduce=AR2)
+    pr = mp.predict_mp_step(cfg, 2, flops_per_s=RATE, tp_all_reduce=AR2, tp_cycle=cyc)
+    assert bare.tp_overhead_s == 0 and pr.n_tp_pairs == 2 * 4 and pr.n_tp_all_reduce == 2 * pr.n_tp_pairs * 4
+    assert pr.tp_overhead_s == pytest.approx(8 * 4 * (1e-4 + 1e-9 * pr.act_bytes))
+    assert pr.tp_s == bare.tp_s and pr.step_s == pytest.approx(bare.step_s + pr.tp_overhead_s)
+    assert pr.as_dict()["tp_overhead_s"] == pr.tp_overhead_s
+    txp = mp.predict_mp_step(mp.mp_config(BASE, "tpxpp", 4), 4, flops_per_s=RATE, tp_all_reduce=AR2, pp_all_reduce=AR2,
+                             send_recv=SR, tp_cycle=cyc)
+    assert txp.n_tp_pairs == 2 * 2                                          # one stage's 2 blocks
+    pp = mp.predict_mp_step(mp.mp_config(BASE, "pp", 2), 2, flops_per_s=RATE, pp_all_reduce=AR2, send_recv=SR,
+                            tp_cycle=cyc)
+    assert pp.tp_overhead_s == 0 and pp.n_tp_pairs == 0                     # no TP, no DTensor work
+    with pytest.raises(TypeError, match="TPCycle"):
+        mp.predict_mp_step(cfg, 2, flops_per_s=RATE, tp_all_reduce=AR2, tp_cycle=AR2)
+
+
+def test_tp_cycle_refuses_bad_input_by_name():
+    from labkit.perf_validate.tp_cycle import fit_tp_cycle, tp_pair_cycle
+
+    with pytest.raises(ValueError, match="two distinct sizes"):
+        fit_tp_cycle([1e5, 1e5], [1e-4, 2e-4], 2)
+    with pytest.raises(ValueError, match="act_bytes"):
+        fit_tp_cycle([-1, 1e5], [1e-4, 2e-4], 2)
+    with pytest.raises(ValueError, match="nranks"):
+        fit_tp_cycle([1e4, 1e5], [1e-4, 2e-4], 1)
+    with pytest.raises(ValueError, match="two distinct counts"):
+        tp_pair_cycle(2, rows=(64, 64))
+    with pytest.raises(ValueError, match="width=6 must be divisible by tp=4"):
+        tp_pair_cycle(4, width=6)

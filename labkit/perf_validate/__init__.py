@@ -2,7 +2,9 @@
 :mod:`~labkit.perf_validate.cells` (predict and compare), :mod:`~labkit.perf_validate.fit` (α–β per gloo
 collective, FSDP2's unit cycle), :mod:`~labkit.perf_validate.runs` (the launches: interleaved repeats,
 median runs, the rate N ranks keep); :mod:`~labkit.perf_validate.model_parallel` prices and measures the TP, PP and
-TP×PP cells of the trainer the same way (issue #24: TP all-reduces, PP sends, the bubble).
+TP×PP cells of the trainer the same way (issue #24: TP all-reduces, PP sends, the bubble);
+:mod:`~labkit.perf_validate.tp_cycle` calibrates TP's own DTensor work on a synthetic stack of column/row pairs and
+:mod:`~labkit.perf_validate.stage_times` divides a GPT's time between pipeline ranks by its measured parts.
 
 `labkit.perf` predicts a step from a compute rate per rank and an α–β link. For a GPU cluster
 both come from catalogues (a datasheet peak × an assumed achievable fraction; NVLink and InfiniBand
@@ -101,10 +103,13 @@ from labkit.perf_validate.runs import (
     pace,
     run_medians,
 )
+from labkit.perf_validate.stage_times import PartTimes, measure_part_times, rank_time_shares
+from labkit.perf_validate.tp_cycle import TPCycle, fit_tp_cycle, tp_pair_cycle
 
 __all__ = ["PARALLELS", "Calibration", "StepPrediction", "Validation", "calibrate", "calibrate_count",
            "calibrate_one_rank", "oversubscription", "predict_step", "validate", "wrapped_units",
            "CYCLE_UNIT_BYTES", "LINK_OPS", "UnitCycle", "fit_gloo_link", "fit_gloo_links", "fit_unit_cycle",
            "fsdp_cycle_s", "fsdp_unit_bytes", "fsdp_unit_cycle", "medians_over_rounds", "compute_rate",
            "measure_compute_rate", "measure_concurrent_rates", "measure_steps", "measure_steps_then_rates",
-           "median_run", "pace", "run_medians"]
+           "median_run", "pace", "run_medians", "TPCycle", "fit_tp_cycle", "tp_pair_cycle",
+           "PartTimes", "measure_part_times", "rank_time_shares"]

@@ -9,9 +9,17 @@ sequences of s tokens (h = d_model, 4-byte fp32 activations):
   calibration as the DDP/FSDP2 cells). TP splits only the blocks (Megatron's column/row split of qkv, proj,
   fc, proj); the embeddings, final norm and the tied head stay whole on every TP rank. PP cuts the blocks
   into p·v consecutive chunks (:func:`labkit.train.pipeline.split_layers`), the first chunk also runs the
-  embeddings, the last the head: the slowest rank sets the pace, m of its micro-batches per step.
+  embeddings, the last the head: the slowest rank sets the pace, m of its micro-batches per step. With
+  measured part times (:mod:`labkit.perf_validate.stage_times`) each rank's share of the whole model's
+  seconds is its parts' measured share, not its FLOPs' share (the head is half the small GPT's FLOPs, not
+  half its time): t_mb(rank) = share(rank) × the whole model's micro-batch at the calibrated rate.
 - **TP all-reduces**: 4 per block and micro-batch (2 forward, 2 backward: Shoeybi et al. 2019 §3), each of
   b·s·h·4 bytes, priced with the gloo all-reduce α–β fitted on tp ranks.
+- **TP DTensor work**: what ``parallelize_module`` adds beyond those all-reduces — DTensor's dispatch and
+  redistributions per op, the copies around each collective — per Megatron column/row pair (2 per block) and
+  micro-batch: pairs × m × (a + b·b·s·h·4), a and b calibrated on a synthetic stack of column/row-parallel
+  Linear pairs split over groups of tp ranks among N, as the cell runs them, minus its local shard on 1 rank,
+  its bare all-reduces taken out (:mod:`labkit.perf_validate.tp_cycle`; never a GPT).
 - **PP sends**: 2·v·m point-to-point transfers per rank (activations forward, their gradients back:
   Narayanan et al. 2021 §2.2), each of b·s·h·4 bytes — the trainer sends whole activations on every TP rank
   (no scatter/gather optimisation) — priced with the gloo send/recv α–β fitted on 2 ranks; plus the trainer's
@@ -20,16 +28,16 @@ sequences of s tokens (h = d_model, 4-byte fp32 activations):
 - **bubble**: the pipeline's fill and drain, (p−1)/(v·m) of the compute when the stages are equal (Narayanan
   et al. 2021 §2.2); with unequal stages (the head on the last) the other ranks' micro-batch time summed,
   ÷ v: (Σ_ranks t_rank − t_slowest)/v, which is (p−1)·t/v for equal ones.
-- step = compute + bubble + TP + PP (no overlap: the gloo thread needs a core the compute holds).
+- step = compute + bubble + TP + TP DTensor + PP (no overlap: the gloo thread needs a core the compute holds).
 
-Not priced (printed as assumptions): DTensor's and the schedule's own Python work (no 1-rank TP or PP run
-exists to calibrate it from), idle pipeline ranks lending their core to others when ranks outnumber cores.
+Not priced (printed as assumptions): the pipeline schedule's own Python work, AdamW's per-step update of DTensor
+parameters beyond a plain one's, idle pipeline ranks lending their core to others when ranks outnumber cores.
 
 Taught in chapter 24 (choosing a parallel layout: how far to trust the model's TP and PP terms).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from labkit import checks
 
@@ -91,10 +99,12 @@ class MPStepPrediction:
     act_bytes: int
     bubble_fraction: float
     flops_per_s: float
+    tp_overhead_s: float = 0.0          # DTensor's own work (TPCycle), beside the all-reduces' α–β
+    n_tp_pairs: int = 0                 # Megatron column/row pairs on the slowest rank (2 per block)
 
     @property
     def step_s(self) -> float:
-        return self.compute_s + self.bubble_s + self.tp_s + self.pp_s
+        return self.compute_s + self.bubble_s + self.tp_s + self.tp_overhead_s + self.pp_s
 
     def as_dict(self) -> dict:
         return {**asdict(self), "step_s": self.step_s}
@@ -109,11 +119,14 @@ def _ring(link, op: str, size: float, n: int) -> float:
 
 
 def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None, pp_all_reduce=None,
-                    send_recv=None) -> MPStepPrediction:
+                    send_recv=None, tp_cycle=None, part_times=None) -> MPStepPrediction:
     """Predict one optimizer step of ``cfg`` (``tp``/``pp`` > 1, dp = 1) on ``nranks`` gloo ranks by the terms of
     the module docstring. ``flops_per_s``: the hardware FLOP/s one rank keeps while ``nranks`` plain ranks
     compute at once; ``tp_all_reduce`` / ``pp_all_reduce``: :class:`labkit.comm.AlphaBeta` of the gloo
-    all-reduce fitted on tp / pp ranks; ``send_recv``: of gloo send/recv (2 ranks). Taught in chapter 24."""
+    all-reduce fitted on tp / pp ranks; ``send_recv``: of gloo send/recv (2 ranks); ``tp_cycle``: a
+    :class:`labkit.perf_validate.tp_cycle.TPCycle` measured on tp ranks (None: DTensor's own work unpriced,
+    ``tp_overhead_s`` = 0); ``part_times``: a :class:`labkit.perf_validate.stage_times.PartTimes` (None: each
+    rank's share of the compute by its FLOPs). Taught in chapter 24."""
     if not hasattr(cfg, "model_config") or not hasattr(cfg, "tp"):
         raise checks.ArgumentTypeError(f"cfg must be a labkit.train.TrainConfig, got {type(cfg).__name__} "
                                        f"{cfg!r:.60}")
@@ -125,12 +138,27 @@ def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None,
         raise ValueError("sequence_parallel=True is not priced here (reduce-scatter + all-gather pairs): use False")
     mc, m, v = cfg.model_config, cfg.accum, cfg.virtual_stages
     tokens_mb = cfg.micro_batch * mc.seq_len
-    t_mb = [f * tokens_mb / rate for f in rank_flops_per_token(cfg)]          # each pp rank, one micro-batch
+    if part_times is None:
+        t_mb = [f * tokens_mb / rate for f in rank_flops_per_token(cfg)]      # each pp rank, one micro-batch
+    else:
+        from labkit import flops
+        from labkit.perf_validate.stage_times import rank_time_shares
+
+        whole = flops.hardware_flops_per_token(mc.shape(), recompute=cfg.recompute) * tokens_mb / rate
+        t_mb = [x * whole for x in rank_time_shares(cfg, part_times)]
     compute = m * max(t_mb)
     bubble = (sum(t_mb) - max(t_mb)) / v if cfg.pp > 1 else 0.0
     act = cfg.micro_batch * mc.seq_len * mc.d_model * 4
-    n_ar = 4 * max(hi - lo for lo, hi in _rank_blocks(cfg)) * m if cfg.tp > 1 else 0
+    pairs = 2 * max(hi - lo for lo, hi in _rank_blocks(cfg)) if cfg.tp > 1 else 0     # qkv→proj, fc→proj
+    n_ar = 2 * pairs * m
     tp_s = n_ar * _ring(tp_all_reduce, "all_reduce", act, cfg.tp) if n_ar else 0.0
+    tp_o = 0.0
+    if pairs and tp_cycle is not None:
+        from labkit.perf_validate.tp_cycle import TPCycle
+
+        if not isinstance(tp_cycle, TPCycle):
+            raise checks.ArgumentTypeError(f"tp_cycle must be a TPCycle (tp_pair_cycle), got {type(tp_cycle).__name__}")
+        tp_o = tp_cycle.overhead_s(pairs, m, act)
     n_send = 2 * v * m if cfg.pp > 1 else 0
     pp_s = 0.0
     if n_send:
@@ -139,7 +167,7 @@ def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None,
     return MPStepPrediction(kind="tpxpp" if cfg.tp > 1 and cfg.pp > 1 else ("tp" if cfg.tp > 1 else "pp"),
                             nranks=n, tp=cfg.tp, pp=cfg.pp, micro_batches=m, compute_s=compute, bubble_s=bubble,
                             tp_s=tp_s, pp_s=pp_s, n_tp_all_reduce=n_ar, n_pp_sends=n_send, act_bytes=act,
-                            bubble_fraction=bubble / compute, flops_per_s=rate)
+                            bubble_fraction=bubble / compute, flops_per_s=rate, tp_overhead_s=tp_o, n_tp_pairs=pairs)
 
 
 def _rank_blocks(cfg) -> list:
@@ -161,10 +189,13 @@ class MPValidation:
     links: dict
     target: float
     assumptions: list
+    cycles: dict = field(default_factory=dict)        # {(tp, ranks): TPCycle} of the last round
+    parts: object = None                              # PartTimes of the last round
 
     def format(self) -> str:
         cols = {"kind": "config", "ranks": "ranks", "model": "size", "pred_compute_ms": "compute",
-                "pred_bubble_ms": "bubble", "pred_tp_ms": "TP all-red.", "pred_pp_ms": "PP sends",
+                "pred_bubble_ms": "bubble", "pred_tp_ms": "TP all-red.", "pred_tpo_ms": "TP DTensor",
+                "pred_pp_ms": "PP sends",
                 "pred_step_ms": "predicted ms", "meas_step_ms": "measured ms"}
         t = self.table[list(cols)].rename(columns=cols)
         t["config"] = [{"tp": "TP", "pp": "PP 1F1B", "tpxpp": "TPxPP"}[k] for k in self.table["kind"]]
@@ -175,7 +206,10 @@ class MPValidation:
         t[f"within {self.target:.0%}?"] = ["yes" if ok else "NO" for ok in self.table["met"]]
         links = [f"  link on {n} ranks, {op}: alpha {ab.alpha_s * 1e6:.1f} us, beta {ab.beta_s_per_byte * 1e9:.3f} ns/B"
                  for n, d in sorted(self.links.items()) for op, ab in sorted(d.items())]
-        counts = [f"  {r.kind} x{r.ranks}: {int(r.n_tp)} TP all-reduces + {int(r.n_pp)} PP sends of "
+        links += [f"  {c.format()}" for _, c in sorted(self.cycles.items())]
+        links += [f"  {self.parts.format()}"] if self.parts is not None else []
+        counts = [f"  {r.kind} x{r.ranks}: {int(r.n_tp)} TP all-reduces ({int(r.n_pairs)} column/row pairs) + "
+                  f"{int(r.n_pp)} PP sends of "
                   f"{r.act_bytes / 1e3:.0f} kB per rank and step, bubble {r.bubble_fraction:.3f} of compute, "
                   f"{r.rate_gflops:.1f} GFLOP/s per rank" for r in self.table.itertuples()]
         met = int(self.table["met"].sum())
@@ -202,6 +236,8 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
     from labkit.model_config import SIZES
     from labkit.perf_validate import fit as _fit
     from labkit.perf_validate.runs import measure_steps_then_rates
+    from labkit.perf_validate.stage_times import measure_part_times
+    from labkit.perf_validate.tp_cycle import tp_pair_cycle
     from labkit.train import TrainConfig
 
     say = progress or (lambda line: None)
@@ -217,14 +253,19 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
                        accum=checks.count("accum", accum), steps=steps, warmup_steps=warmup_steps, dtype="fp32",
                        device="cpu", label=model)
     plain = base.replace(parallel="single", label=f"{model} concurrent calibration")   # the same m micro-batches
-    rows, links = [], {}
+    rows, links, cycles, parts = [], {}, {}, None
     for r in range(checks.count("rounds", rounds)):
+        say(f"calibrating: the GPT's parts (embeddings, blocks, tail) forward + backward on 1 rank (round {r + 1})")
+        parts = measure_part_times(model, micro_batch, timeout_s=timeout_s)
         for n in counts:
             here = [(k, m) for k, m in cells if m == n]
             if not here:
                 continue
             say(f"calibrating: gloo all_reduce and send_recv sweeps on {n} ranks (round {r + 1})")
             links[n] = _fit.fit_gloo_links(n, ("all_reduce", "send_recv"), iters=link_iters)
+            for t in sorted({mp_config(base, k, n).tp for k, _ in here} - {1}):     # each round afresh, as the cell
+                say(f"calibrating: TP pair cycle, groups of {t} in {n} ranks, vs its local shard on 1 (synthetic pairs)")
+                cycles[(r, t, n)] = tp_pair_cycle(n, tp=t, timeout_s=timeout_s)
             say(f"measuring: {', '.join(k for k, _ in here)} on {n} ranks, {repeats} interleaved repeats; then the "
                 "same processes compute plain and independently (the rate at this concurrency)")
             recs, rate = measure_steps_then_rates([mp_config(base, k, n) for k, _ in here], [plain], n,
@@ -234,10 +275,12 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
                 tp_link = links.get(cfg.tp, links[n])["all_reduce"]
                 pp_link = links.get(cfg.pp, links[n])["all_reduce"]
                 pr = predict_mp_step(cfg, n, flops_per_s=rate[0], tp_all_reduce=tp_link, pp_all_reduce=pp_link,
-                                     send_recv=links[n]["send_recv"])
+                                     send_recv=links[n]["send_recv"],
+                                     tp_cycle=cycles.get((r, cfg.tp, n)), part_times=parts)
                 st = rec.step_time
                 rows.append({"model": model, "kind": k, "ranks": n, "round": r, "pred_compute_ms": pr.compute_s * 1e3,
                              "pred_bubble_ms": pr.bubble_s * 1e3, "pred_tp_ms": pr.tp_s * 1e3,
+                             "pred_tpo_ms": pr.tp_overhead_s * 1e3, "n_pairs": pr.n_tp_pairs,
                              "pred_pp_ms": pr.pp_s * 1e3, "pred_step_ms": pr.step_s * 1e3,
                              "meas_step_ms": st.median * 1e3, "n_tp": pr.n_tp_all_reduce, "n_pp": pr.n_pp_sends,
                              "act_bytes": pr.act_bytes, "bubble_fraction": pr.bubble_fraction,
@@ -256,18 +299,23 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
     assumptions = [
         f"{model}: micro-batch {micro_batch} sequences, m = accum = {accum} micro-batches, fp32, 1 thread per rank, "
         "dp = 1; PP runs 1F1B (v = 1)",
-        "compute: the hardware FLOP/s one rank keeps while n plain ranks of the same model (same micro-batch and m, "
+        "compute: the whole model's micro-batch at the hardware FLOP/s one rank keeps while n plain ranks of the same model (same micro-batch and m, "
         "so the optimizer step and data work per step are shared alike) compute independently, "
-        "measured in the same processes right after the cells (never a TP or PP run); blocks / tp, embeddings and "
-        "head whole on every TP rank; the slowest pipeline rank x m",
+        "measured in the same processes right after the cells (never a TP or PP run), divided between the ranks by "
+        "the measured times of the GPT's parts on 1 rank (labkit.perf_validate.stage_times; blocks / tp, embeddings "
+        "and tail whole on every TP rank); the slowest pipeline rank x m",
         "TP: 4 all-reduces of b*s*h*4 bytes per block and micro-batch (Shoeybi et al. 2019 s3), gloo all-reduce "
         "alpha-beta fitted on tp ranks (p10 of a 64 KiB-16 MiB sweep; for TPxPP the 2-rank fit, taken with 2 ranks "
-        "in the world)",
+        "in the world); TP DTensor: per column/row pair (2 per block) m x (a + b x b*s*h*4), "
+        "from a synthetic stack of parallelize_module-d Linear pairs in groups of tp ranks among n (as the cell: "
+        "TPxPP's two groups of 2 at once on 4) minus its local shard on 1 rank and minus its bare all-reduces "
+        "(labkit.perf_validate.tp_cycle)",
         "PP: 2*v*m sends of b*s*h*4 bytes per rank (gloo send/recv alpha-beta fitted on n ranks), plus the tied "
         "embedding's gradient all-reduce (V*h*4 bytes) over the pp group; bubble (sum of the ranks' micro-batch "
         "times - the slowest's)/v = (p-1)/(v*m) of compute for equal stages (Narayanan et al. 2021 s2.2)",
-        "not priced: DTensor's and the schedule's Python work, idle pipeline ranks lending their core (4 ranks on "
+        "not priced: the pipeline schedule's Python work, AdamW's per-step DTensor updates, idle pipeline ranks lending their core (4 ranks on "
         "2 cores); no overlap of communication with compute",
         f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}",
     ]
-    return MPValidation(table=t, rounds=rows, links=links, target=target, assumptions=assumptions)
+    return MPValidation(table=t, rounds=rows, links=links, target=target, assumptions=assumptions,
+                        cycles={(t, n): c for (k, t, n), c in cycles.items() if k == r}, parts=parts)
