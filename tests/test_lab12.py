@@ -18,9 +18,11 @@ LAB = "lab12_capstone"
 
 
 def test_the_seed_draws_every_mystery_and_the_record_hides_its_environment():
+    from labkit.diagnose import FAMILIES
+
     drawn = {capstone.mystery_of(s).name for s in range(30)}
     assert drawn == set(capstone.MYSTERIES)
-    assert {m.family for m in capstone.MYSTERIES.values()} == {"data", "compute", "memory"}
+    assert sorted(m.family for m in capstone.MYSTERIES.values()) == sorted(FAMILIES)    # one per family
     for name in capstone.MYSTERIES:
         seed = capstone.seed_for(name)
         assert capstone.mystery_of(seed).name == name and capstone.mystery_of(seed) == capstone.mystery_of(seed)
@@ -44,11 +46,79 @@ def test_a_fix_may_change_trainer_options_only(options, match):
         capstone.Workload(capstone.seed_for("tiny_micro")).config(**options)
 
 
-def test_global_batch_counts_micro_batch_times_accum():
+def test_global_batch_counts_micro_batch_times_accum_times_dp_ranks():
     assert capstone.global_batch({"micro_batch": 2, "accum": 4}) == 8
     assert capstone.global_batch({"micro_batch": 1, "accum": 8, "micro_batch_requested": 8}) == 8   # a budget's run
+    assert capstone.global_batch({"micro_batch": 1, "accum": 4, "dp_ranks": 2}) == 8
     with pytest.raises(ValueError, match="adaptive"):
         capstone.global_batch({"micro_batch": 2, "accum": "adaptive"})
+    with pytest.raises(ValueError, match="dp_ranks"):
+        capstone.global_batch({"micro_batch": 2, "accum": 4, "dp_ranks": 2.0})
+
+
+def test_the_slow_link_mystery_hides_its_link_and_is_fixed_by_syncing_once_per_step():
+    """Communication: 2 ranks, one per "node", every micro-batch's gradients all-reduced over a slow link. The
+    learner sees DDP, 4 micro-batches of 1 sequence per rank and no_sync=False; the link (its speed, where its
+    delay sits) is hidden and may not be changed; no_sync=True keeps the global batch; tp=2 would halve it."""
+    seed = capstone.seed_for("slow_link")
+    assert capstone.mystery_of(seed).family == "communication"
+    w = capstone.Workload(seed)
+    opts = w.options()
+    assert w.nprocs == 2 and w.device == "cpu"
+    assert (opts["parallel"], opts["dp_ranks"], opts["micro_batch"], opts["accum"], opts["no_sync"]) == \
+        ("ddp", 2, 1, capstone.GLOBAL_BATCH // 2, False)
+    assert capstone.global_batch(opts) == capstone.GLOBAL_BATCH
+    assert not set(capstone.HIDDEN) & set(opts) and "name" not in repr(w)
+    full = w.config()
+    assert full.ranks_per_node == 1 and full.link_overlap and full.inter_node_gbit_s > 0
+    fix = capstone.check_options({"no_sync": True})
+    assert capstone.global_batch(w.options(**fix)) == capstone.GLOBAL_BATCH and w.config(**fix).no_sync
+    assert capstone.global_batch(w.options(tp=2)) == capstone.GLOBAL_BATCH // 2      # another job: q2 refuses it
+    for forbidden in ({"inter_node_gbit_s": 100.0}, {"link_overlap": False}, {"ranks_per_node": 2}):
+        with pytest.raises(ValueError, match="define the workload"):
+            w.config(**forbidden)
+
+
+def test_the_host_stats_mystery_is_fixed_by_taking_the_monitor_out_of_the_step():
+    """Scheduling: chapter 18's per-layer gradient statistics (NumPy on the host) computed inside every step. The
+    learner sees grad_stats=True among the trainer options; grad_stats=False is a trainer option; the run's length,
+    its steps, is not."""
+    seed = capstone.seed_for("host_stats")
+    assert capstone.mystery_of(seed).family == "scheduling"
+    w = capstone.Workload(seed)
+    opts = w.options()
+    assert w.nprocs == 1 and opts["grad_stats"] is True and opts["dp_ranks"] == 1
+    assert capstone.global_batch(opts) == capstone.GLOBAL_BATCH and not set(capstone.HIDDEN) & set(opts)
+    fix = capstone.check_options({"grad_stats": False})
+    assert capstone.global_batch(w.options(**fix)) == capstone.GLOBAL_BATCH and not w.config(**fix).grad_stats
+    for forbidden, match in (({"steps": 3}, "define the workload"), ({"host_stall_s": 0.0}, "define the workload"),
+                             ({"grad_stat": False}, "not TrainConfig fields")):
+        with pytest.raises(ValueError, match=match):
+            w.config(**forbidden)
+
+
+def test_link_overlap_puts_the_link_in_the_communication_thread(tmp_path):
+    """On 2 real gloo ranks (tiny GPT, a link of 0.02 Gb/s: ≈ 0.2 s per all-reduce, far above the compute):
+    with link_overlap the trace counts the link's time as exposed communication and diagnose names
+    communication; without it the same delay sits inside backward's AccumulateGrad op, counted as compute."""
+    from labkit.diagnose import diagnose
+    from labkit.trace import analyze
+    from labkit.train import TrainConfig, run
+
+    base = TrainConfig(model="tiny", micro_batch=2, steps=3, warmup_steps=1, parallel="ddp", device="cpu",
+                       ranks_per_node=1, inter_node_gbit_s=0.02, profile_steps=2)
+    with pytest.raises(ValueError, match="link_overlap"):
+        TrainConfig(link_overlap=True)
+    shares = {}
+    for overlap in (True, False):
+        out = tmp_path / f"overlap_{overlap}"
+        rec = run(base.replace(link_overlap=overlap, profile_dir=str(out)), 2, timeout_s=300)
+        assert rec.extra["slow_link"]["injected_s"] > 0.1
+        an = analyze(out)
+        shares[overlap] = an.comm_wait_share
+        if overlap:
+            assert diagnose(rec, an).primary == "communication"
+    assert shares[True] > 0.5 > shares[False]
 
 
 def test_the_activation_budget_fits_more_sequences_under_recomputation():
@@ -91,7 +161,7 @@ FIX = {"micro_batch": capstone.GLOBAL_BATCH, "accum": 1}
 
 
 def _record(step_s: float, **options) -> dict:
-    cfg = capstone.public_config(capstone.Workload(SEED).config(**options).to_dict())
+    cfg = capstone.Workload(SEED).options(**options)      # what Workload.run's record keeps
     cfg["capstone_seed"] = SEED
     return RunRecord(label="capstone", step_time=Stat.of([step_s * f for f in (0.98, 1.0, 1.03)]), config=cfg)
 

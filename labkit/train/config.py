@@ -184,6 +184,8 @@ class TrainConfig:
     # group spans nodes wait for a flat ring all-reduce of their bytes over inter_node_gbit_s
     ranks_per_node: int | None = None   # ranks per "node" (None = no slow link)
     inter_node_gbit_s: float | None = None  # the link between "nodes", Gb/s
+    link_overlap: bool = False          # the link's delay in the comm thread, overlapping backward (lab 12);
+                                        # False: it blocks backward before each bucket's all-reduce
 
     def __post_init__(self):
         from labkit.model_config import ATTENTIONS, SIZES

@@ -8,6 +8,13 @@ time a flat ring all-reduce of the bucket's bytes takes when its slowest hop is 
 ring step waits for its slowest hop, as NCCL's flat rings do — Thakur, Rabenseifner & Gropp 2005).
 Buckets inside one node pay nothing extra.
 
+Where the delay sits: by default the bucket's hook sleeps on the training thread before launching the
+all-reduce, so the link blocks the backward pass (no overlap; a profiler trace counts that sleep inside the
+``AccumulateGrad`` op that fired the bucket, i.e. as compute). ``link_overlap=True`` sleeps instead on the
+communication thread as the bucket's all-reduce completes (one bucket at a time: one link), so backward
+keeps running while the link is busy and the trace shows the time as communication — what a real
+network transfer looks like (lab 12's communication mystery).
+
 It charges the **data-parallel gradient traffic** only (a DDP communication hook). Tensor- and
 pipeline-parallel traffic is not charged, so a layout whose TP or PP group would span nodes is refused
 (put TP and PP inside a node — the fix chapter 29 measures); under accumulation with ``no_sync`` the
@@ -18,6 +25,7 @@ seconds injected. Taught in chapter 29 (case review: more GPUs, slower training)
 """
 from __future__ import annotations
 
+import threading
 import time
 
 from labkit import checks
@@ -31,7 +39,10 @@ def check_config(cfg, bad) -> None:
     """``ranks_per_node`` and ``inter_node_gbit_s`` come together, with ``parallel="ddp"`` and no other DDP
     communication hook (the link is one). Taught in chapter 29."""
     a, b = cfg.ranks_per_node, cfg.inter_node_gbit_s
+    checks.flag("TrainConfig.link_overlap", cfg.link_overlap)
     if a is None and b is None:
+        if cfg.link_overlap:
+            bad("link_overlap", "it places the slow inter-node link's delay: set ranks_per_node and inter_node_gbit_s")
         return
     if a is None or b is None:
         bad("inter_node_gbit_s" if b is None else "ranks_per_node",
@@ -92,16 +103,27 @@ def install(ddp, cfg, group=None) -> None:
     _STATE.update(buckets=0, bytes=0, injected_s=0.0, spans=span, group_size=len(ranks),
                   ranks_per_node=cfg.ranks_per_node, gbit_s=cfg.inter_node_gbit_s)
 
+    link = threading.Lock()     # link_overlap: one link, so delayed buckets cross it one after the other
+
     def hook(pg, bucket):
         buf = bucket.buffer()
         nbytes = buf.numel() * buf.element_size()
-        if span:
-            d = delay_s(nbytes, len(ranks), cfg.inter_node_gbit_s)
-            time.sleep(d)
-            _STATE["injected_s"] += d
+        d = delay_s(nbytes, len(ranks), cfg.inter_node_gbit_s) if span else 0.0
         _STATE["buckets"] += 1
         _STATE["bytes"] += nbytes
-        return default_hooks.allreduce_hook(pg, bucket)
+        _STATE["injected_s"] += d
+        if d and not cfg.link_overlap:
+            time.sleep(d)
+        fut = default_hooks.allreduce_hook(pg, bucket)
+        if not (d and cfg.link_overlap):
+            return fut
+
+        def cross(done):        # on the communication thread, as the all-reduce completes: inside its span
+            with link:
+                time.sleep(d)
+            return done.value()
+
+        return fut.then(cross)
 
     ddp.register_comm_hook(group, hook)
 
