@@ -261,17 +261,19 @@ class Workload:
         rec.label = "capstone"
         return rec
 
-    def ab(self, options: dict, *, rounds: int = 3, warmup: int = 0, timeout_s: float = 600):
+    def ab(self, options: dict, *, rounds: int = 3, warmup: int = 0, timeout_s: float = 600,
+           max_rounds: int | None = None):
         """:func:`labkit.ab.ab_train` of this workload as given (A) against it with ``options`` (B), one
         median step time per run; a multi-rank workload trains every run in one launch of its ranks
-        (``same_ranks=True``). Taught in lab 12."""
+        (``same_ranks=True``); ``max_rounds``: measure longer on an inconclusive verdict (as ``ab_train``).
+        Taught in lab 12."""
         from dataclasses import replace
 
         from labkit.ab import ab_train
 
         res = ab_train(self.config().replace(label="workload"), self.config(**options).replace(label="fixed"),
                        nprocs=self.nprocs, rounds=rounds, warmup=warmup, timeout_s=timeout_s,
-                       same_ranks=self.nprocs > 1)
+                       same_ranks=self.nprocs > 1, max_rounds=max_rounds)
         runs = tuple({**r, "config": self._public(r["config"]), "extra": {k: v for k, v in r["extra"].items()
                                                                           if k != "slow_link"}} for r in res.runs)
         return replace(res, runs=runs)        # every run's record, the hidden environment left out
