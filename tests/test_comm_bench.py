@@ -10,7 +10,7 @@ from labkit.comm import bench as cb
 
 def test_benchmark_table_and_fit_on_two_gloo_ranks():
     sizes = [4096, 65536, 262144, 1048576, 2097152]
-    res = comm.benchmark(["all_reduce", "reduce_scatter"], sizes, nprocs=2, iters=9, warmup=2)
+    res = comm.benchmark(["all_reduce", "reduce_scatter"], sizes, nprocs=2, iters=40, warmup=2)
     assert res.backend == "gloo" and res.nranks == 2
     ar = res.for_op("all_reduce")
     assert list(ar["size"]) == sizes and (ar["time_us"] > 0).all()
@@ -23,11 +23,13 @@ def test_benchmark_table_and_fit_on_two_gloo_ranks():
     assert "# all_reduce" in text and "busbw" in text and "no native reduce-scatter" in text
     # fit on all but one size, predict the held-out one. Honest tolerance on a shared 2-core machine
     # (other tests run in parallel): the prediction must fall inside the held-out size's own measured
-    # p10-p90 band, widened by half (seen: load average > 10 during parallel test runs makes single
-    # medians wander 2-3x). benchmarks/bench_alpha_beta.py reports the plain relative error (goal: 25%).
+    # p10-p90 band, widened by half. The fit is on each size's p10 (load only lengthens a call; chapter 11
+    # fits the same way) over 40 calls: a size's 9 calls last ~7 ms, one scheduler slice, so a burst of load
+    # moved whole medians several-fold (beside two busy loops the 4 KiB median read 3.0 ms, its p10 0.3-0.6) and the
+    # median fit once left the band. benchmarks/bench_alpha_beta.py reports the plain relative error (goal: 25%).
     held = 3
     keep = [i for i in range(len(sizes)) if i != held]
-    fit = comm.fit_alpha_beta(ar["size"].iloc[keep], ar["time_us"].iloc[keep] * 1e-6, "all_reduce", 2)
+    fit = comm.fit_alpha_beta(ar["size"].iloc[keep], ar["p10_us"].iloc[keep] * 1e-6, "all_reduce", 2)
     pred_us = fit.predict(sizes[held]) * 1e6
     lo, hi = ar["p10_us"].iloc[held], ar["p90_us"].iloc[held]
     assert fit.beta_s_per_byte > 0
