@@ -112,17 +112,25 @@ class UnitCycle:
                 f"{self.beta_s_per_byte * 1e9:.3f} ns/B per unit and micro-batch (measured: {pts})")
 
 
+def line_fit(who: str, name: str, sizes, cost_s) -> tuple:
+    """(a, b, sizes, costs) of the least-squares line cost = a + b·size through measured costs, checked: one cost
+    per size, at least two distinct sizes (the FSDP2 unit cycle and TP's pair cycle fit the same way). Taught in
+    chapters 20 and 24."""
+    import numpy as np
+
+    x = [checks.positive(name, v) for v in sizes]
+    y = [checks.number("cost_s", c) for c in cost_s]
+    if len(x) != len(y) or len(set(x)) < 2:
+        raise ValueError(f"{who} needs one cost per size and at least two distinct sizes, got "
+                         f"{name}={list(sizes)} and cost_s={list(cost_s)}")
+    b, a = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)
+    return float(a), float(b), x, y
+
+
 def fit_unit_cycle(unit_bytes, cost_s, nranks: int, *, one_rank_s=(), n_rank_s=()) -> UnitCycle:
     """Least-squares line cost = a + b·bytes through the per-unit cycle costs measured at ``unit_bytes``
     (at least two distinct sizes). Taught in chapter 20."""
-    import numpy as np
-
-    x = [checks.positive("unit_bytes", b) for b in unit_bytes]
-    y = [checks.number("cost_s", c) for c in cost_s]
-    if len(x) != len(y) or len(set(x)) < 2:
-        raise ValueError(f"fit_unit_cycle needs one cost per size and at least two distinct sizes, got "
-                         f"unit_bytes={list(unit_bytes)} and cost_s={list(cost_s)}")
-    b, a = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)
+    a, b, x, y = line_fit("fit_unit_cycle", "unit_bytes", unit_bytes, cost_s)
     return UnitCycle(nranks=checks.count("nranks", nranks), alpha_s=float(a), beta_s_per_byte=float(b),
                      unit_bytes=tuple(x), cost_s=tuple(y), one_rank_s=tuple(one_rank_s), n_rank_s=tuple(n_rank_s))
 

@@ -72,14 +72,9 @@ class TPCycle:
 def fit_tp_cycle(act_bytes, cost_s, nranks: int, *, tp: int | None = None) -> TPCycle:
     """Least-squares line cost = a + b·bytes through per-pair costs measured at ``act_bytes`` (at least two
     distinct sizes) on ``nranks`` ranks in groups of ``tp`` (default all). Taught in chapter 24."""
-    import numpy as np
+    from labkit.perf_validate.fit import line_fit
 
-    x = [checks.positive("act_bytes", b) for b in act_bytes]
-    y = [checks.number("cost_s", c) for c in cost_s]
-    if len(x) != len(y) or len(set(x)) < 2:
-        raise ValueError(f"fit_tp_cycle needs one cost per size and at least two distinct sizes, got "
-                         f"act_bytes={list(act_bytes)} and cost_s={list(cost_s)}")
-    b, a = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)
+    a, b, x, y = line_fit("fit_tp_cycle", "act_bytes", act_bytes, cost_s)
     return TPCycle(nranks=checks.count("nranks", nranks, at_least=2), alpha_s=float(a), beta_s_per_byte=float(b),
                    act_bytes=tuple(x), cost_s=tuple(y), tp=0 if tp is None else checks.count("tp", tp, at_least=2))
 
