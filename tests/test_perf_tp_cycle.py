@@ -16,7 +16,8 @@ from labkit.perf_validate import tp_cycle
 
 
 def test_the_calibration_launches_only_the_synthetic_pairs_and_takes_the_all_reduces_out(monkeypatch):
-    """n ranks then 1 (the local shard); per pair cost = (n-rank fwd+bwd − 2 bare all-reduces) − 1-rank fwd+bwd."""
+    """One launch of n ranks; per pair cost = n-rank fwd+bwd − 2 bare all-reduces − the local shard's fwd+bwd run by
+    all n ranks at once in the same processes."""
     from labkit.launcher import parent
 
     launches = []
@@ -24,24 +25,25 @@ def test_the_calibration_launches_only_the_synthetic_pairs_and_takes_the_all_red
     def fake_launch(target, n, *, args=(), **kw):
         launches.append((target, n, args))
         rows, h = args[0], args[1]
-        return SimpleNamespace(value=[(1e-3, 0.0) if n == 1 else
-                                      (1e-3 + 5e-4 + 2 * (1e-4 + 1e-9 * r * h * 4) + 3e-9 * r * h * 4,
-                                       1e-4 + 1e-9 * r * h * 4) for r in rows])
+        return SimpleNamespace(value=[(1e-3 + 5e-4 + 2 * (1e-4 + 1e-9 * r * h * 4) + 3e-9 * r * h * 4,
+                                       1e-4 + 1e-9 * r * h * 4, 1e-3) for r in rows])
 
     monkeypatch.setattr(parent, "launch", fake_launch)
     c = tp_cycle.tp_pair_cycle(2, (64, 256, 1024), h=256, width=16, pairs=3, iters=4, warmup=1)
-    assert [(t, n) for t, n, _ in launches] == [(tp_cycle._pair_cells, 2), (tp_cycle._pair_cells, 1)]
-    assert launches[0][2] == ([64, 256, 1024], 256, 16, 3, 4, 1, 0, 2) and launches[1][2][-1] == 2   # 1 rank: shard
+    assert [(t, n) for t, n, _ in launches] == [(tp_cycle._pair_cells, 2)]
+    assert launches[0][2] == ([64, 256, 1024], 256, 16, 3, 4, 1, 2)
     assert c.alpha_s == pytest.approx(5e-4) and c.beta_s_per_byte == pytest.approx(3e-9)
     assert c.act_bytes == (64 * 1024, 256 * 1024, 1024 * 1024) and c.cost_s[0] == pytest.approx(5e-4 + 3e-9 * 65536)
     c4 = tp_cycle.tp_pair_cycle(4, (64, 256), tp=2, h=256, width=16, pairs=3, iters=4, warmup=1)
-    assert launches[2][1] == 4 and launches[2][2][-2:] == (0, 2) and launches[3][1:] == (1, launches[3][2])
-    assert launches[3][2][-1] == 2 and (c4.nranks, c4.tp) == (4, 2) and "groups of tp=2" in c4.format()
+    assert launches[1][1] == 4 and launches[1][2][-1] == 2 and len(launches) == 2
+    assert (c4.nranks, c4.tp) == (4, 2) and "groups of tp=2" in c4.format()
+    assert tp_cycle.tp_pair_cycle(2, (64, 256)).act_bytes == (64 * 1024, 256 * 1024)   # defaults: the small GPT's widths
+    assert launches[2][2][1:3] == (256, 1024)
     with pytest.raises(ValueError, match="nranks"):
         tp_cycle.tp_pair_cycle(1)
     with pytest.raises(ValueError, match="tp=3 must divide nranks=4"):
         tp_cycle.tp_pair_cycle(4, tp=3)
-    assert len(launches) == 4                                                  # bad requests launch nothing
+    assert len(launches) == 3                                                  # bad requests launch nothing
 
 
 def test_the_synthetic_stack_is_megatron_pairs_of_the_gpts_kind():
@@ -54,7 +56,7 @@ def test_the_synthetic_stack_is_megatron_pairs_of_the_gpts_kind():
 
 def test_a_real_two_rank_calibration_runs_and_fits_a_line():
     """On real gloo ranks (two TP groups of 2 in a world of 4, as TP2×PP2): the parallelize_module-d pairs, their
-    bare all-reduces and the 1-rank shard all run, and the fit is finite (no measured value asserted: a loaded machine moves it)."""
+    bare all-reduces and the local shard all run, and the fit is finite (no measured value asserted: a loaded machine moves it)."""
     c = tp_cycle.tp_pair_cycle(4, (16, 64), tp=2, h=64, width=8, pairs=2, iters=2, warmup=1, timeout_s=240)
     assert (c.nranks, c.tp) == (4, 2) and c.act_bytes == (16 * 64 * 4, 64 * 64 * 4) and len(c.cost_s) == 2
     assert all(math.isfinite(x) for x in (c.alpha_s, c.beta_s_per_byte, *c.cost_s))

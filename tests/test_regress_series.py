@@ -48,6 +48,11 @@ def test_robust_fit_ignores_one_outlier_run_and_is_unbiased_on_normal_noise():
         est = [NoiseModel.fit(np.exp(0.05 * rng.standard_normal(n))).sigma for _ in range(4000)]
         assert np.mean(est) == pytest.approx(0.05, rel=0.03)
     assert mad_consistency(10) == pytest.approx(10 / 9.2) and 1.15 < mad_consistency(6) < 1.23
+    rng = np.random.default_rng(7)                       # the small-n table, measured again on fresh draws
+    for n in range(2, 10):
+        x = rng.standard_normal((50_000, n))
+        mad = 1.4826 * np.median(np.abs(x - np.median(x, axis=1, keepdims=True)), axis=1)
+        assert mad_consistency(n) == pytest.approx(1 / mad.mean(), rel=0.015), n
 
 
 def test_series_opens_with_the_live_runs_and_slows_only_the_last():

@@ -18,8 +18,10 @@ sequences of s tokens (h = d_model, 4-byte fp32 activations):
 - **TP DTensor work**: what ``parallelize_module`` adds beyond those all-reduces — DTensor's dispatch and
   redistributions per op, the copies around each collective — per Megatron column/row pair (2 per block) and
   micro-batch: pairs × m × (a + b·b·s·h·4), a and b calibrated on a synthetic stack of column/row-parallel
-  Linear pairs split over groups of tp ranks among N, as the cell runs them, minus its local shard on 1 rank,
-  its bare all-reduces taken out (:mod:`labkit.perf_validate.tp_cycle`; never a GPT).
+  Linear pairs of the GPT's widths split over groups of tp ranks among N, as the cell runs them, minus its plain
+  local shard computed by all N ranks at once in the same processes, its bare all-reduces taken out — what is
+  left includes the wait at each collective when ranks compute between them (:mod:`labkit.perf_validate.tp_cycle`;
+  never a GPT).
 - **PP sends**: 2·v·m point-to-point transfers per rank (activations forward, their gradients back:
   Narayanan et al. 2021 §2.2), each of b·s·h·4 bytes — the trainer sends whole activations on every TP rank
   (no scatter/gather optimisation) — priced with the gloo send/recv α–β fitted on 2 ranks; plus the trainer's
@@ -119,14 +121,17 @@ def _ring(link, op: str, size: float, n: int) -> float:
 
 
 def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None, pp_all_reduce=None,
-                    send_recv=None, tp_cycle=None, part_times=None) -> MPStepPrediction:
+                    send_recv=None, tp_cycle=None, part_times=None, cores: float | None = None) -> MPStepPrediction:
     """Predict one optimizer step of ``cfg`` (``tp``/``pp`` > 1, dp = 1) on ``nranks`` gloo ranks by the terms of
     the module docstring. ``flops_per_s``: the hardware FLOP/s one rank keeps while ``nranks`` plain ranks
     compute at once; ``tp_all_reduce`` / ``pp_all_reduce``: :class:`labkit.comm.AlphaBeta` of the gloo
     all-reduce fitted on tp / pp ranks; ``send_recv``: of gloo send/recv (2 ranks); ``tp_cycle``: a
     :class:`labkit.perf_validate.tp_cycle.TPCycle` measured on tp ranks (None: DTensor's own work unpriced,
     ``tp_overhead_s`` = 0); ``part_times``: a :class:`labkit.perf_validate.stage_times.PartTimes` (None: each
-    rank's share of the compute by its FLOPs). Taught in chapter 24."""
+    rank's share of the compute by its FLOPs); ``cores``: the cores the N ranks share (None: the bubble formula,
+    every rank at ``flops_per_s``; a number: a GPipe or 1F1B pipeline is played op by op on that many cores,
+    :mod:`labkit.perf_validate.pipeline_sim` — each rank at full speed is ``flops_per_s`` × N ÷ cores when N ranks
+    outnumber the cores, the rate N busy ranks keep being their time-shared one). Taught in chapter 24."""
     if not hasattr(cfg, "model_config") or not hasattr(cfg, "tp"):
         raise checks.ArgumentTypeError(f"cfg must be a labkit.train.TrainConfig, got {type(cfg).__name__} "
                                        f"{cfg!r:.60}")
@@ -146,8 +151,16 @@ def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None,
 
         whole = flops.hardware_flops_per_token(mc.shape(), recompute=cfg.recompute) * tokens_mb / rate
         t_mb = [x * whole for x in rank_time_shares(cfg, part_times)]
-    compute = m * max(t_mb)
-    bubble = (sum(t_mb) - max(t_mb)) / v if cfg.pp > 1 else 0.0
+    if cores is not None and cfg.pp > 1 and cfg.pp_schedule in ("gpipe", "1f1b"):
+        from labkit.perf_validate.pipeline_sim import play_schedule
+
+        c = checks.positive("cores", cores)
+        full = [t * min(1.0, c / n) for t in t_mb]          # a core of its own: N time-shared ranks ran at c/N
+        compute = m * max(full)
+        bubble = play_schedule(full, m, schedule=cfg.pp_schedule, cores=c, tp=cfg.tp).step_s - compute
+    else:
+        compute = m * max(t_mb)
+        bubble = (sum(t_mb) - max(t_mb)) / v if cfg.pp > 1 else 0.0
     act = cfg.micro_batch * mc.seq_len * mc.d_model * 4
     pairs = 2 * max(hi - lo for lo, hi in _rank_blocks(cfg)) if cfg.tp > 1 else 0     # qkv→proj, fc→proj
     n_ar = 2 * pairs * m
@@ -231,6 +244,8 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
     trains the cells (``repeats`` interleaved, median run) and, in the same processes, the plain model
     independently (the rate n ranks keep: :func:`labkit.perf_validate.runs.measure_steps_then_rates`); each cell
     predicted by :func:`predict_mp_step` from those alone. Medians over ``rounds``. Taught in chapter 24."""
+    import os
+
     import pandas as pd
 
     from labkit.model_config import SIZES
@@ -253,10 +268,13 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
                        accum=checks.count("accum", accum), steps=steps, warmup_steps=warmup_steps, dtype="fp32",
                        device="cpu", label=model)
     plain = base.replace(parallel="single", label=f"{model} concurrent calibration")   # the same m micro-batches
+    mc = base.model_config
     rows, links, cycles, parts = [], {}, {}, None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     for r in range(checks.count("rounds", rounds)):
         say(f"calibrating: the GPT's parts (embeddings, blocks, tail) forward + backward on 1 rank (round {r + 1})")
-        parts = measure_part_times(model, micro_batch, timeout_s=timeout_s)
+        parts = measure_part_times(model, micro_batch, tps={mp_config(base, k, n).tp for k, n in cells} - {1},
+                                   timeout_s=timeout_s)
         for n in counts:
             here = [(k, m) for k, m in cells if m == n]
             if not here:
@@ -264,8 +282,8 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
             say(f"calibrating: gloo all_reduce and send_recv sweeps on {n} ranks (round {r + 1})")
             links[n] = _fit.fit_gloo_links(n, ("all_reduce", "send_recv"), iters=link_iters)
             for t in sorted({mp_config(base, k, n).tp for k, _ in here} - {1}):     # each round afresh, as the cell
-                say(f"calibrating: TP pair cycle, groups of {t} in {n} ranks, vs its local shard on 1 (synthetic pairs)")
-                cycles[(r, t, n)] = tp_pair_cycle(n, tp=t, timeout_s=timeout_s)
+                say(f"calibrating: TP pair cycle, groups of {t} in {n} ranks, vs its local shard (synthetic pairs)")
+                cycles[(r, t, n)] = tp_pair_cycle(n, tp=t, h=mc.d_model, width=mc.ff, timeout_s=timeout_s)
             say(f"measuring: {', '.join(k for k, _ in here)} on {n} ranks, {repeats} interleaved repeats; then the "
                 "same processes compute plain and independently (the rate at this concurrency)")
             recs, rate = measure_steps_then_rates([mp_config(base, k, n) for k, _ in here], [plain], n,
@@ -276,7 +294,7 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
                 pp_link = links.get(cfg.pp, links[n])["all_reduce"]
                 pr = predict_mp_step(cfg, n, flops_per_s=rate[0], tp_all_reduce=tp_link, pp_all_reduce=pp_link,
                                      send_recv=links[n]["send_recv"],
-                                     tp_cycle=cycles.get((r, cfg.tp, n)), part_times=parts)
+                                     tp_cycle=cycles.get((r, cfg.tp, n)), part_times=parts, cores=cores)
                 st = rec.step_time
                 rows.append({"model": model, "kind": k, "ranks": n, "round": r, "pred_compute_ms": pr.compute_s * 1e3,
                              "pred_bubble_ms": pr.bubble_s * 1e3, "pred_tp_ms": pr.tp_s * 1e3,
@@ -294,7 +312,6 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
         [df[k] for k in keys], sort=False).agg(list)]
     t["error"] = t["pred_step_ms"] / t["meas_step_ms"] - 1
     t["met"] = t["error"].abs() <= target
-    import os
 
     assumptions = [
         f"{model}: micro-batch {micro_batch} sequences, m = accum = {accum} micro-batches, fp32, 1 thread per rank, "
@@ -302,19 +319,24 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
         "compute: the whole model's micro-batch at the hardware FLOP/s one rank keeps while n plain ranks of the same model (same micro-batch and m, "
         "so the optimizer step and data work per step are shared alike) compute independently, "
         "measured in the same processes right after the cells (never a TP or PP run), divided between the ranks by "
-        "the measured times of the GPT's parts on 1 rank (labkit.perf_validate.stage_times; blocks / tp, embeddings "
+        "the measured times of the GPT's parts on 1 rank (labkit.perf_validate.stage_times; a block's tp-way local shard "
+        "measured as such, embeddings "
         "and tail whole on every TP rank); the slowest pipeline rank x m",
         "TP: 4 all-reduces of b*s*h*4 bytes per block and micro-batch (Shoeybi et al. 2019 s3), gloo all-reduce "
         "alpha-beta fitted on tp ranks (p10 of a 64 KiB-16 MiB sweep; for TPxPP the 2-rank fit, taken with 2 ranks "
         "in the world); TP DTensor: per column/row pair (2 per block) m x (a + b x b*s*h*4), "
         "from a synthetic stack of parallelize_module-d Linear pairs in groups of tp ranks among n (as the cell: "
-        "TPxPP's two groups of 2 at once on 4) minus its local shard on 1 rank and minus its bare all-reduces "
+        "TPxPP's two groups of 2 at once on 4) minus its plain local shard run by all n ranks at once and minus its bare "
+        "all-reduces "
         "(labkit.perf_validate.tp_cycle)",
         "PP: 2*v*m sends of b*s*h*4 bytes per rank (gloo send/recv alpha-beta fitted on n ranks), plus the tied "
-        "embedding's gradient all-reduce (V*h*4 bytes) over the pp group; bubble (sum of the ranks' micro-batch "
-        "times - the slowest's)/v = (p-1)/(v*m) of compute for equal stages (Narayanan et al. 2021 s2.2)",
-        "not priced: the pipeline schedule's Python work, AdamW's per-step DTensor updates, idle pipeline ranks lending their core (4 ranks on "
-        "2 cores); no overlap of communication with compute",
+        "embedding's gradient all-reduce (V*h*4 bytes) over the pp group; compute + bubble: the 1F1B schedule "
+        f"played op by op on this machine's {cores} cores, every runnable rank at an equal share of them "
+        "(labkit.perf_validate.pipeline_sim; with a core per rank it is the formula's (p-1)/(v*m) of compute for "
+        "equal stages, Narayanan et al. 2021 s2.2); compute = the slowest rank's m micro-batches at a core's speed "
+        "(the n-rank rate x n / cores when ranks outnumber cores), bubble = the rest of the played step",
+        "not priced: the pipeline schedule's Python work, AdamW's per-step DTensor updates; no overlap of "
+        "communication with compute",
         f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}",
     ]
     return MPValidation(table=t, rounds=rows, links=links, target=target, assumptions=assumptions,

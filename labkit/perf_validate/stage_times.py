@@ -12,8 +12,12 @@ model then prices each rank's share of the *time* of a whole forward + backward 
 
 t_model = t_embed + L·t_block + t_tail, each a forward + backward of that part alone (median of ``iters``), on one
 rank with one thread (:func:`measure_part_times`): the calibrated rate still sets the whole model's seconds, the
-measured parts only divide them. A block split over tp ranks is priced at t_block / tp (its DTensor work is
-:mod:`labkit.perf_validate.tp_cycle`'s term). None of this times a TP or PP run.
+measured parts only divide them. A block split over tp ranks is priced at the measured time of its **local shard**
+(``t_block(tp)``): the same block with ``n_heads/tp`` heads in qkv and proj and ``ff/tp`` columns in the MLP, as
+one tensor-parallel rank computes it (Shoeybi et al. 2019 §3: the LayerNorms, the residual adds and dropout stay
+whole on every rank), on plain tensors — not t_block / tp, which prices the replicated work as split. Its DTensor
+work and its all-reduces are other terms (:mod:`labkit.perf_validate.tp_cycle`, the α–β). None of this times a
+TP or PP run.
 
 Layer 3 (ARCHITECTURE.md): it launches a rank (:func:`labkit.launcher.launch`). Taught in chapter 24 (what a FLOP
 count says about a pipeline stage's time, and what it does not).
@@ -24,19 +28,27 @@ from dataclasses import dataclass
 
 from labkit import checks
 
-__all__ = ["PartTimes", "measure_part_times", "rank_time_shares"]
+__all__ = ["PartTimes", "measure_part_times", "rank_time_shares", "shard_block"]
 
 
 @dataclass(frozen=True)
 class PartTimes:
     """Seconds of one micro-batch's forward + backward of each part of a GPT on one rank: ``embed_s``,
-    ``block_s`` (one block, the median over the blocks), ``tail_s`` (final norm, head, loss) and ``n_layers``.
+    ``block_s`` (one block, the median over the blocks), ``tail_s`` (final norm, head, loss) and ``n_layers``;
+    ``block_tp_s``: ((tp, seconds of one block's local shard on a tp-way split), …), measured where asked.
     Taught in chapter 24."""
 
     embed_s: float
     block_s: float
     tail_s: float
     n_layers: int
+    block_tp_s: tuple = ()
+
+    def block_shard_s(self, tp: int) -> float:
+        """One block's seconds on a rank of a ``tp``-way split: its measured local shard, else block_s / tp."""
+        if tp == 1:
+            return self.block_s
+        return dict(self.block_tp_s).get(tp, self.block_s / tp)
 
     @property
     def model_s(self) -> float:
@@ -45,7 +57,9 @@ class PartTimes:
     def format(self) -> str:
         return (f"GPT parts, one micro-batch forward + backward on 1 rank: embeddings {self.embed_s * 1e3:.1f} ms, "
                 f"block {self.block_s * 1e3:.1f} ms (x{self.n_layers}), tail (norm, head, loss) "
-                f"{self.tail_s * 1e3:.1f} ms: the tail is {self.tail_s / self.model_s:.0%} of the time")
+                f"{self.tail_s * 1e3:.1f} ms: the tail is {self.tail_s / self.model_s:.0%} of the time"
+                + "".join(f"; a block's tp={t} local shard {x * 1e3:.1f} ms ({x / self.block_s:.0%} of the block, "
+                          f"not {1 / t:.0%})" for t, x in self.block_tp_s))
 
 
 def rank_time_shares(cfg, parts: PartTimes) -> list:
@@ -62,14 +76,34 @@ def rank_time_shares(cfg, parts: PartTimes) -> list:
     out = []
     for r in range(cfg.pp):
         here = stage_indices(r, cfg.pp, cfg.virtual_stages)
-        t = sum(spans[k][1] - spans[k][0] for k in here) * parts.block_s / cfg.tp
+        t = sum(spans[k][1] - spans[k][0] for k in here) * parts.block_shard_s(cfg.tp)
         t += (parts.embed_s if 0 in here else 0.0) + (parts.tail_s if len(spans) - 1 in here else 0.0)
         out.append(t / parts.model_s)
     return out
 
 
-def _part_cells(model_name: str, micro_batch: int, iters: int, warmup: int) -> tuple:
-    """What the rank runs: each part of a fresh GPT forward + backward on one micro-batch; medians (seconds)."""
+def shard_block(mc, tp: int):
+    """One GPT block as a ``tp``-way tensor-parallel rank holds it, on plain tensors: qkv and proj over
+    ``n_heads/tp`` heads, fc and proj over ``ff/tp`` columns, the LayerNorms whole (the attention reads its head
+    count from qkv's width: :class:`labkit.models.CausalSelfAttention`). Taught in chapter 24."""
+    import torch.nn as nn
+
+    from labkit.models import Block
+
+    t = checks.count("tp", tp, at_least=2)
+    if mc.n_heads % t or mc.ff % t:
+        raise ValueError(f"tp={t} must divide n_heads={mc.n_heads} and ff={mc.ff} (whole heads and columns per rank)")
+    if mc.n_experts:
+        raise ValueError(f"shard_block prices a dense MLP; this model has n_experts={mc.n_experts}")
+    blk, h = Block(mc), mc.d_model
+    blk.attn.qkv, blk.attn.proj = nn.Linear(h, 3 * h // t), nn.Linear(h // t, h)
+    blk.mlp.fc, blk.mlp.proj = nn.Linear(h, mc.ff // t), nn.Linear(mc.ff // t, h)
+    return blk
+
+
+def _part_cells(model_name: str, micro_batch: int, iters: int, warmup: int, tps: tuple = ()) -> tuple:
+    """What the rank runs: each part of a fresh GPT, and each tp's local shard of a block, forward + backward on
+    one micro-batch; medians (seconds)."""
     import statistics
     import time
 
@@ -92,7 +126,8 @@ def _part_cells(model_name: str, micro_batch: int, iters: int, warmup: int) -> t
 
     runs = {"embed": lambda: embed(idx).sum().backward(),
             "tail": lambda: F.cross_entropy(tail(act()).view(-1, V), tgt.view(-1)).backward(),
-            **{f"block{i}": (lambda blk=blk: blk(act()).sum().backward()) for i, blk in enumerate(gpt.blocks)}}
+            **{f"block{i}": (lambda blk=blk: blk(act()).sum().backward()) for i, blk in enumerate(gpt.blocks)},
+            **{f"shard{t}": (lambda blk=shard_block(mc, t): blk(act()).sum().backward()) for t in tps}}
     times = {k: [] for k in runs}
     for i in range(warmup + iters):          # interleaved: a slow moment hits every part alike
         for k, f in runs.items():
@@ -102,20 +137,25 @@ def _part_cells(model_name: str, micro_batch: int, iters: int, warmup: int) -> t
                 times[k].append(time.perf_counter() - t0)
         gpt.zero_grad(set_to_none=True)
     med = {k: statistics.median(v) for k, v in times.items()}
-    return med["embed"], statistics.median(med[f"block{i}"] for i in range(L)), med["tail"], L
+    return (med["embed"], statistics.median(med[f"block{i}"] for i in range(L)), med["tail"], L,
+            tuple((t, med[f"shard{t}"]) for t in tps))
 
 
-def measure_part_times(model: str = "small", micro_batch: int = 2, *, iters: int = 7, warmup: int = 2,
+def measure_part_times(model: str = "small", micro_batch: int = 2, *, tps=(), iters: int = 7, warmup: int = 2,
                        timeout_s: float = 300) -> PartTimes:
-    """Time each part of the ``model`` GPT (embeddings, every block, tail) forward + backward on ``micro_batch``
-    sequences, interleaved, on one fresh rank with one thread (a launch, never a training run); medians of
-    ``iters`` after ``warmup``. Taught in chapter 24."""
+    """Time each part of the ``model`` GPT (embeddings, every block, tail) and, for each of ``tps``, a block's
+    tp-way local shard (:func:`shard_block`) forward + backward on ``micro_batch`` sequences, interleaved, on
+    one fresh rank with one thread (a launch, never a training run); medians of ``iters`` after ``warmup``.
+    Taught in chapter 24."""
     from labkit.launcher.parent import launch
     from labkit.model_config import SIZES
 
     checks.one_of("model", model, SIZES)
     b, it = checks.count("micro_batch", micro_batch), checks.count("iters", iters)
     wu = checks.count("warmup", warmup, at_least=0)
-    e, blk, t, L = launch(_part_cells, 1, args=(model, b, it, wu), env={"OMP_NUM_THREADS": "1"}, timeout_s=timeout_s,
-                          stream=False).value
-    return PartTimes(embed_s=e, block_s=blk, tail_s=t, n_layers=L)
+    ts = tuple(sorted({checks.count("tps", t, at_least=2) for t in tps}))
+    for t in ts:
+        shard_block(SIZES[model], t)                       # a clear error here, not in the rank
+    e, blk, t, L, sh = launch(_part_cells, 1, args=(model, b, it, wu, ts), env={"OMP_NUM_THREADS": "1"},
+                              timeout_s=timeout_s, stream=False).value
+    return PartTimes(embed_s=e, block_s=blk, tail_s=t, n_layers=L, block_tp_s=tuple(tuple(x) for x in sh))

@@ -12,14 +12,19 @@ one's too; it is not timed here — a forward, backward and optimizer step is th
 :mod:`labkit.train.loop` — and it is small: 4 DTensor tensors per pair, once per step, not per micro-batch.)
 
 :func:`tp_pair_cycle` measures that on a synthetic module — ``pairs`` units of ``Linear(h, w)`` by columns
-then ``Linear(w, h)`` by rows, with biases as the GPT's, a narrow ``w`` so that the matmuls are negligible —
-forward + backward of ``rows`` × h inputs (requiring a gradient, as a block's input does, so the backward
-all-reduce runs) on N ranks, and, in the same processes, a bare gloo all-reduce of the same rows·h·4 bytes;
-then the same stack as one rank's local shard alone (``Linear(h, w/N)``, ``Linear(w/N, h)``: the same
-arithmetic, no DTensor, no collective). Per pair and micro-batch::
+then ``Linear(w, h)`` by rows, with biases as the GPT's, ``w`` the GPT's MLP width by default so that each rank
+computes between its collectives as a block's rank does — forward + backward of ``rows`` × h inputs (requiring a
+gradient, as a block's input does, so the backward all-reduce runs) on N ranks in groups of tp; in the same
+processes and interleaved with it, a bare gloo all-reduce of the same rows·h·4 bytes and the same stack as each
+rank's **local shard** (``Linear(h, w/tp)``, ``Linear(w/tp, h)``: the same arithmetic on plain tensors, no
+DTensor, no collective), all N ranks computing it at once — so it runs at the rate N ranks keep on this
+machine's cores, as the model's compute term does. Per pair and micro-batch::
 
-    cost(bytes) = (t_N(pair) − 2 · t_N(all-reduce of bytes)) − t_1(local pair)   ≈   a + b · bytes
+    cost(bytes) = t_N(pair) − 2 · t_N(all-reduce of bytes) − t_N(local pair)   ≈   a + b · bytes
 
+What is left is DTensor's own work and what synchronising costs when ranks compute between collectives: a rank
+that reaches an all-reduce first waits for the slowest, and when ranks outnumber cores each collective waits for
+a rank the scheduler has set aside (a bare all-reduce sweep, every rank in step, never sees that).
 fitted by least squares over a few row counts (:class:`TPCycle`). The all-reduces stay in the model's α–β term:
 :meth:`TPCycle.overhead_s` is added beside it, not in place of it.
 
@@ -35,7 +40,7 @@ from labkit import checks
 __all__ = ["TP_CYCLE_ROWS", "TPCycle", "fit_tp_cycle", "tp_pair_cycle"]
 
 #: Default input rows of the synthetic pairs at width h = 256: activations of 64 KiB, 256 KiB and 1 MiB (fp32),
-#: which bracket the small GPT's b·s·h·4 = 256 KiB at micro-batch 2.
+#: which bracket the small GPT's b·s·h·4 = 256 KiB at micro-batch 2 (its h = 256, MLP width 1024).
 TP_CYCLE_ROWS = (64, 256, 1024)
 
 
@@ -85,58 +90,52 @@ def _stack(h: int, w: int, pairs: int):
     return nn.Sequential(*(nn.Sequential(nn.Linear(h, w), nn.Linear(w, h)) for _ in range(pairs)))
 
 
-def _pair_cells(rows: list, h: int, w: int, pairs: int, iters: int, warmup: int, local_of: int = 0, tp: int = 0) -> list:
-    """What each rank runs: per row count, (forward + backward per pair, bare all-reduce of rows·h fp32) medians in
-    seconds. On N > 1 ranks the stack is split by columns/rows over groups of ``tp`` ranks (0: all N), every group
-    at once; on 1 rank (``local_of`` = tp) it is the plain local shard of tp ranks."""
+def _pair_cells(rows: list, h: int, w: int, pairs: int, iters: int, warmup: int, tp: int = 0) -> list:
+    """What each rank runs: per row count, medians in seconds of (forward + backward per pair of the stack split by
+    columns/rows over groups of ``tp`` ranks (0: all N), every group at once; a bare all-reduce of rows·h fp32 in
+    the group; forward + backward per pair of the plain local shard, every rank at once), interleaved."""
     import statistics
     import time
 
     import torch
     import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    n = dist.get_world_size() if dist.is_initialized() else 1
-    if n > 1:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-        t = tp or n
-        mesh = init_device_mesh("cpu", (n // t, t), mesh_dim_names=("rep", "tp"))["tp"]
+    n = dist.get_world_size()
+    t = tp or n
+    mesh = init_device_mesh("cpu", (n // t, t), mesh_dim_names=("rep", "tp"))["tp"]
     out = []
     for r in rows:
         torch.manual_seed(0)
-        model = _stack(h, w if n > 1 else w // local_of, pairs)
-        if n > 1:
-            plan = {k: v for i in range(pairs) for k, v in ((f"{i}.0", ColwiseParallel()), (f"{i}.1", RowwiseParallel()))}
-            parallelize_module(model, mesh, plan)
-        x, fb, ar = torch.randn(r, h, requires_grad=True), [], []
-        buf = torch.randn(r * h)
-        for i in range(warmup + iters):
-            if n > 1:
+        model, local = _stack(h, w, pairs), _stack(h, w // t, pairs)
+        plan = {k: v for i in range(pairs) for k, v in ((f"{i}.0", ColwiseParallel()), (f"{i}.1", RowwiseParallel()))}
+        parallelize_module(model, mesh, plan)
+        x, buf = torch.randn(r, h, requires_grad=True), torch.randn(r * h)
+        fb, ar, lo = [], [], []
+        for _ in range(warmup + iters):
+            for mod, into in ((model, fb), (local, lo)):
                 dist.barrier()
+                t0 = time.perf_counter()
+                mod(x).sum().backward()
+                into.append((time.perf_counter() - t0) / pairs)
+                mod.zero_grad(set_to_none=True)
+                x.grad = None
+            dist.barrier()
             t0 = time.perf_counter()
-            model(x).sum().backward()
-            t1 = time.perf_counter()
-            model.zero_grad(set_to_none=True)
-            x.grad = None
-            if n > 1:
-                dist.barrier()
-                t3 = time.perf_counter()
-                dist.all_reduce(buf, group=mesh.get_group())
-                ar.append(time.perf_counter() - t3)
-            if i >= warmup:
-                fb.append((t1 - t0) / pairs)
-        out.append((statistics.median(fb), statistics.median(ar[warmup:]) if ar else 0.0))
+            dist.all_reduce(buf, group=mesh.get_group())
+            ar.append(time.perf_counter() - t0)
+        out.append(tuple(statistics.median(v[warmup:]) for v in (fb, ar, lo)))
     return out
 
 
-def tp_pair_cycle(nranks: int, rows=TP_CYCLE_ROWS, *, tp: int | None = None, h: int = 256, width: int = 16,
+def tp_pair_cycle(nranks: int, rows=TP_CYCLE_ROWS, *, tp: int | None = None, h: int = 256, width: int = 1024,
                   pairs: int = 4, iters: int = 9, warmup: int = 3, timeout_s: float = 300) -> TPCycle:
     """Measure :class:`TPCycle` on ``nranks`` gloo ranks (module docstring): ``pairs`` column/row pairs of width
-    ``h`` (inner width ``width``, divisible by ``tp``) split over groups of ``tp`` ranks (default all ``nranks``;
-    e.g. tp = 2 in a world of 4, as a TP2×PP2 cell runs them: every group at once), inputs of each of ``rows``;
-    medians of ``iters`` after ``warmup`` on rank 0, a barrier before each. Two launches (``nranks`` ranks, then
-    1), neither a training run. Taught in chapter 24."""
+    ``h`` (inner width ``width``, divisible by ``tp``; the small GPT's h and MLP width by default) split over
+    groups of ``tp`` ranks (default all ``nranks``; e.g. tp = 2 in a world of 4, as a TP2×PP2 cell runs them:
+    every group at once), inputs of each of ``rows``; medians of ``iters`` after ``warmup`` on rank 0, a barrier
+    before each. One launch, not a training run. Taught in chapter 24."""
     from labkit.launcher.parent import launch
 
     n = checks.count("nranks", nranks, at_least=2)
@@ -151,7 +150,6 @@ def tp_pair_cycle(nranks: int, rows=TP_CYCLE_ROWS, *, tp: int | None = None, h: 
         raise ValueError(f"width={w} must be divisible by tp={t} (a column split of whole columns)")
     it, wu = checks.count("iters", iters), checks.count("warmup", warmup, at_least=0)
     env = {"OMP_NUM_THREADS": "1"}
-    many = launch(_pair_cells, n, args=(rs, hh, w, k, it, wu, 0, t), env=env, timeout_s=timeout_s, stream=False).value
-    alone = launch(_pair_cells, 1, args=(rs, hh, w, k, it, wu, t), env=env, timeout_s=timeout_s, stream=False).value
-    cost = [(fb - 2 * ar) - fb1 for (fb, ar), (fb1, _) in zip(many, alone, strict=True)]
+    cells = launch(_pair_cells, n, args=(rs, hh, w, k, it, wu, t), env=env, timeout_s=timeout_s, stream=False).value
+    cost = [fb - 2 * ar - lo for fb, ar, lo in cells]
     return fit_tp_cycle([r * hh * 4 for r in rs], cost, n, tp=t)
