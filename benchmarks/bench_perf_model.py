@@ -25,10 +25,13 @@ machine, and as much again for the TP/PP cells.
 The TP, PP (1F1B) and TP×PP cells (issue #24; :mod:`labkit.perf_validate.model_parallel`) are predicted the same
 way — compute at the rate n plain ranks keep, measured in the same processes right after the cells; α–β of gloo
 all-reduce and send/recv fitted on n ranks — and print each term: TP all-reduces (4 per block and micro-batch),
-TP's own DTensor work (per column/row pair, calibrated on a synthetic parallelize_module-d Linear stack on tp ranks
-minus its 1-rank shard: labkit.perf_validate.tp_cycle), PP sends (2·v·m per rank, plus the tied embedding's
-all-reduce) and the bubble; each rank's share of the compute by the measured times of the GPT's parts
-(embeddings, blocks, tail) on 1 rank, not by their FLOPs (labkit.perf_validate.stage_times).
+TP's own work (per column/row pair: a synthetic parallelize_module-d stack of the GPT's widths on tp ranks minus
+its plain local shard run by all ranks at once and its bare all-reduces — DTensor and the wait at each collective:
+labkit.perf_validate.tp_cycle), PP sends (2·v·m per rank, plus the tied embedding's all-reduce) and the bubble;
+each rank's share of the compute by the measured times of the GPT's parts (embeddings, blocks, tail; a TP rank's
+block by its measured local shard: labkit.perf_validate.stage_times), and the pipeline played op by op on this
+machine's cores (labkit.perf_validate.pipeline_sim: with more ranks than cores a waiting rank's core goes to
+the others).
 """
 from __future__ import annotations
 

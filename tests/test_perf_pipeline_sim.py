@@ -48,7 +48,7 @@ def test_sharing_cores_costs_less_than_every_rank_at_the_time_shared_rate():
     assert play.step_s == pytest.approx(9 * t)          # worked by hand: fill 1.67t, steady 6t at half speed, drain
     assert play_schedule([t] * 2, m, cores=2).step_s == pytest.approx((m + 1) * t)   # ranks ≤ cores: the formula
     # a stage of tp ranks counts tp times against the cores: TP2×PP2 on 2 cores is 4 busy ranks
-    assert play_schedule([t] * 2, m, cores=2, tp=2).step_s > play_schedule([t] * 2, m, cores=4, tp=2).step_s
+    assert play_schedule([t] * 2, m, cores=2, ranks_per_stage=2).step_s > play_schedule([t] * 2, m, cores=4, ranks_per_stage=2).step_s
     heavy = play_schedule([t, t, t, 2 * t], m)                       # the head's stage sets the pace
     assert heavy.step_s == pytest.approx(m * 2 * t + 3 * t) and isinstance(heavy, PipelinePlay)
 

@@ -4,7 +4,9 @@ collective, FSDP2's unit cycle), :mod:`~labkit.perf_validate.runs` (the launches
 median runs, the rate N ranks keep); :mod:`~labkit.perf_validate.model_parallel` prices and measures the TP, PP and
 TP×PP cells of the trainer the same way (issue #24: TP all-reduces, PP sends, the bubble);
 :mod:`~labkit.perf_validate.tp_cycle` calibrates TP's own DTensor work on a synthetic stack of column/row pairs and
-:mod:`~labkit.perf_validate.stage_times` divides a GPT's time between pipeline ranks by its measured parts.
+:mod:`~labkit.perf_validate.stage_times` divides a GPT's time between pipeline ranks by its measured parts (a TP
+rank's block by its measured local shard); :mod:`~labkit.perf_validate.pipeline_sim` plays a GPipe or 1F1B step op
+by op on fewer cores than ranks.
 
 `labkit.perf` predicts a step from a compute rate per rank and an α–β link. For a GPU cluster
 both come from catalogues (a datasheet peak × an assumed achievable fraction; NVLink and InfiniBand
@@ -93,6 +95,7 @@ from labkit.perf_validate.fit import (
     fsdp_unit_cycle,
     medians_over_rounds,
 )
+from labkit.perf_validate.pipeline_sim import PipelinePlay, play_schedule
 from labkit.perf_validate.runs import (
     compute_rate,
     measure_compute_rate,
@@ -103,7 +106,7 @@ from labkit.perf_validate.runs import (
     pace,
     run_medians,
 )
-from labkit.perf_validate.stage_times import PartTimes, measure_part_times, rank_time_shares
+from labkit.perf_validate.stage_times import PartTimes, measure_part_times, rank_time_shares, shard_block
 from labkit.perf_validate.tp_cycle import TPCycle, fit_tp_cycle, tp_pair_cycle
 
 __all__ = ["PARALLELS", "Calibration", "StepPrediction", "Validation", "calibrate", "calibrate_count",
@@ -112,4 +115,4 @@ __all__ = ["PARALLELS", "Calibration", "StepPrediction", "Validation", "calibrat
            "fsdp_cycle_s", "fsdp_unit_bytes", "fsdp_unit_cycle", "medians_over_rounds", "compute_rate",
            "measure_compute_rate", "measure_concurrent_rates", "measure_steps", "measure_steps_then_rates",
            "median_run", "pace", "run_medians", "TPCycle", "fit_tp_cycle", "tp_pair_cycle",
-           "PartTimes", "measure_part_times", "rank_time_shares"]
+           "PartTimes", "measure_part_times", "rank_time_shares", "shard_block", "PipelinePlay", "play_schedule"]

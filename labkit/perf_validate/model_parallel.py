@@ -157,7 +157,7 @@ def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None,
         c = checks.positive("cores", cores)
         full = [t * min(1.0, c / n) for t in t_mb]          # a core of its own: N time-shared ranks ran at c/N
         compute = m * max(full)
-        bubble = play_schedule(full, m, schedule=cfg.pp_schedule, cores=c, tp=cfg.tp).step_s - compute
+        bubble = play_schedule(full, m, schedule=cfg.pp_schedule, cores=c, ranks_per_stage=cfg.tp).step_s - compute
     else:
         compute = m * max(t_mb)
         bubble = (sum(t_mb) - max(t_mb)) / v if cfg.pp > 1 else 0.0

@@ -11,7 +11,8 @@ ranks keep" prices that; playing the schedule does::
     each rank's ops in its schedule's order (1F1B: p − r forwards, then backward/forward pairs, then the last
     backwards — torch.distributed.pipelining's Schedule1F1B; GPipe: every forward, then every backward);
     F(r, i) waits for F(r−1, i), B(r, i) for B(r+1, i); between two events every runnable rank progresses at
-    min(1, C / (k · tp)) of its full speed, k the runnable stages, each of tp ranks, C the cores.
+    min(1, C / (k · w)) of its full speed, k the runnable stages, each of w ranks (tp, or tp·dp: the ranks of
+    a stage compute together), C the cores.
 
 Events happen only when an op ends, so the play is exact for that sharing rule (processor sharing, the kernel's
 fair scheduler in the limit of short slices). A rank's forward is a third of its forward + backward, the backward
@@ -57,34 +58,35 @@ def rank_ops(schedule: str, rank: int, stages: int, micro_batches: int) -> list:
 
 @dataclass(frozen=True)
 class PipelinePlay:
-    """One played step: ``step_s`` (the last op's end), each rank's ``busy_s`` (its ops at full speed) and
-    ``cores``, ``tp``. Taught in chapter 24."""
+    """One played step: ``step_s`` (the last op's end), each stage's ``busy_s`` (its ops at full speed),
+    ``cores`` and ``ranks_per_stage``. Taught in chapter 24."""
 
     step_s: float
     busy_s: tuple
     cores: float
-    tp: int
+    ranks_per_stage: int
     schedule: str
     micro_batches: int
 
     @property
     def utilisation(self) -> float:
-        """Share of the cores' time spent computing: Σ busy · tp ÷ (step · min(cores, ranks))."""
-        ranks = len(self.busy_s) * self.tp
-        return sum(self.busy_s) * self.tp / (self.step_s * min(self.cores, ranks))
+        """Share of the cores' time spent computing: Σ busy · ranks per stage ÷ (step · min(cores, ranks))."""
+        w = self.ranks_per_stage
+        return sum(self.busy_s) * w / (self.step_s * min(self.cores, len(self.busy_s) * w))
 
 
 def play_schedule(stage_s, micro_batches: int, *, schedule: str = "1f1b", cores: float | None = None,
-                  tp: int = 1) -> PipelinePlay:
+                  ranks_per_stage: int = 1) -> PipelinePlay:
     """Play one optimizer step of a pipeline (module docstring): ``stage_s[r]`` the seconds of one micro-batch's
-    forward + backward on pipeline rank r at full speed (a core of its own), ``micro_batches`` m, ``cores`` C
-    (None: as many as ranks — the bubble formula's world), ``tp`` ranks per stage. Taught in chapter 24."""
+    forward + backward on pipeline stage r at full speed (a core of its own), ``micro_batches`` m, ``cores`` C
+    (None: as many as ranks — the bubble formula's world), ``ranks_per_stage`` w (tp, or tp·dp). Taught in
+    chapter 24."""
     ts = [checks.positive(f"stage_s[{i}]", t) for i, t in enumerate(stage_s)]
     p, m = len(ts), checks.count("micro_batches", micro_batches)
     if p < 2:
         raise ValueError(f"stage_s must hold at least 2 pipeline ranks, got {p}")
-    tp = checks.count("tp", tp)
-    c = float(p * tp) if cores is None else checks.positive("cores", cores)
+    w = checks.count("ranks_per_stage", ranks_per_stage)
+    c = float(p * w) if cores is None else checks.positive("cores", cores)
     ops = [rank_ops(schedule, r, p, m) for r in range(p)]
     left = [(1 - BACKWARD_SHARE) * ts[r] if ops[r][0][0] == "F" else BACKWARD_SHARE * ts[r] for r in range(p)]
     nxt, done, now = [0] * p, set(), 0.0
@@ -99,7 +101,7 @@ def play_schedule(stage_s, micro_batches: int, *, schedule: str = "1f1b", cores:
         run = [r for r in range(p) if nxt[r] < len(ops[r]) and ready(r)]
         if not run:                                   # cannot happen for these schedules; a guard, not a path
             raise RuntimeError(f"pipeline play deadlocked at t={now:.6f}s: ops {nxt} of {[len(o) for o in ops]}")
-        speed = min(1.0, c / (len(run) * tp))
+        speed = min(1.0, c / (len(run) * w))
         dt = min(left[r] for r in run) / speed
         now += dt
         for r in run:
@@ -111,5 +113,5 @@ def play_schedule(stage_s, micro_batches: int, *, schedule: str = "1f1b", cores:
                 nxt[r] += 1
                 if nxt[r] < len(ops[r]):
                     left[r] = ts[r] * (BACKWARD_SHARE if ops[r][nxt[r]][0] == "B" else 1 - BACKWARD_SHARE)
-    return PipelinePlay(step_s=now, busy_s=tuple(m * t for t in ts), cores=c, tp=tp, schedule=schedule,
-                        micro_batches=m)
+    return PipelinePlay(step_s=now, busy_s=tuple(m * t for t in ts), cores=c, ranks_per_stage=w,
+                        schedule=schedule, micro_batches=m)
