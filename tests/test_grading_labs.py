@@ -55,6 +55,25 @@ def test_instructor_full_marks_learner_zero(lab_id, tmp_path, calibrated_peaks):
         assert failed == [want["failed_check"]], why[name]
 
 
+@pytest.mark.slow
+def test_lab12_instructor_full_marks_on_the_host_statistics_seed(tmp_path, calibrated_peaks):
+    """lab12 above is graded with seed 0 (the slow loader, data); this grades the instructor source with the
+    scheduling seed too (its steps are short and its fix a CPU-bound 1.7-2.4x, the mystery most at the mercy of
+    a loaded machine), passing ``SEED`` as a grader parameter as an instructor would."""
+    from labkit import capstone
+
+    lab = load_lab("lab12_capstone")
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    shutil.copy(lab.source, subs / "instructor.ipynb")
+    params = {"FAST": True, "SEED": capstone.seed_for("host_stats")}
+    cfg = GradeConfig(limits=Limits(notebook_s=400, cell_s=300), workers=1, params=params, progress=False)
+    res = grade(lab.id, [subs], tmp_path / "out", cfg)
+    assert not res.failed
+    fb = json.loads((tmp_path / "out" / "feedback" / "instructor.json").read_text())
+    assert fb["score"] == lab.max_score, {q: v["feedback"] for q, v in fb["questions"].items()}
+
+
 def test_lab02_q3_holds_the_family_to_the_seed_and_the_number_to_the_run(tmp_path):
     """lab02's q3 hidden checks, run by the grader's checker on evidence made here (a SYNTHETIC 2-rank
     straggler trace and a record of the straggler's seed): the right family citing the run's peer-wait

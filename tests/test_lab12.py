@@ -1,7 +1,9 @@
 """lab12_capstone and labkit.capstone: the seed draws every family and hides its knobs; a fix may change trainer
 options only; a memory budget fits more sequences under recomputation; and the hidden checks, run by the grader's
 checker on evidence made here, pass a real fix and fail one that names the right family but does not speed the
-job up, one that "speeds it up" by changing the global batch or the sequence length, and a speed-up typed in.
+job up, one that "speeds it up" by changing the global batch or the sequence length, a speed-up typed in, and an
+A/B arm altered by more than the A/B's own run-to-run spread allows against its traced run (a genuine A/B on a
+loaded machine, whose traced runs stray as far, passes).
 
 Full marks for the instructor source, zero for the released copy and the forged speed-up (lab12_forged) are
 graded through ``labkit grade`` in tests/test_grading_labs.py."""
@@ -160,26 +162,32 @@ SEED = capstone.seed_for("tiny_micro")
 FIX = {"micro_batch": capstone.GLOBAL_BATCH, "accum": 1}
 
 
-def _record(step_s: float, **options) -> dict:
+def _record(step_s: float, steps=(0.98, 1.0, 1.03), **options) -> dict:
     cfg = capstone.Workload(SEED).options(**options)      # what Workload.run's record keeps
     cfg["capstone_seed"] = SEED
-    return RunRecord(label="capstone", step_time=Stat.of([step_s * f for f in (0.98, 1.0, 1.03)]), config=cfg)
+    return RunRecord(label="capstone", step_time=Stat.of([step_s * f for f in steps]), config=cfg)
 
 
-def _submit(tmp_path, options, b, *, speedup=None, family="compute"):
-    """q1 and q2 evidence: the job at ≈ 1 s per step, the fix's runs at ``b`` s (one trace file stands in)."""
+QUIET = dict(a=[1.0, 1.05, 0.97], a2=[1.02, 0.99, 1.01], b=(1.0, 1.04, 0.98))
+
+
+def _submit(tmp_path, options, b, *, speedup=None, family="compute", job_s=1.0, fix_s=None, steps=(0.98, 1.0, 1.03),
+            a=QUIET["a"], a2=QUIET["a2"], b_spread=QUIET["b"]):
+    """q1 and q2 evidence: the job's traced run at ``job_s`` s per step (its steps spread as ``steps``), the A/B's
+    job runs ``a``/``a2`` (≈ 1 s), its fix's runs at ``b`` s × ``b_spread``, the fix's traced run at ``fix_s`` s
+    (default ``b``); one trace file stands in."""
     import statistics
 
     trace = tmp_path / "fixed.json"
     trace.write_text("{}")
     book = EvidenceBook(LAB, root=tmp_path)
     book.submit("q1", answer={"family": family, "diagnose_primary": "compute", "justification": "MFU 1.3%"},
-                record=_record(1.0), seed=SEED)
-    a, a2 = [1.0, 1.05, 0.97], [1.02, 0.99, 1.01]
-    bs = [b * f for f in (1.0, 1.04, 0.98)]
+                record=_record(job_s, steps), seed=SEED)
+    bs = [b * f for f in b_spread]
     ratio = statistics.median(bs) / statistics.median(a)
     verdict = "faster" if ratio < 0.9 else "no difference at this resolution"
-    book.submit("q2", answer={"options": options, "speedup": speedup or 1 / ratio}, record=_record(b, **options),
+    book.submit("q2", answer={"options": options, "speedup": speedup or 1 / ratio},
+                record=_record(b if fix_s is None else fix_s, steps, **options),
                 files=[trace], options=options, a=a, b=bs, a2=a2, ratio=ratio, verdict=verdict)
     return book
 
@@ -235,3 +243,22 @@ def test_a_typed_in_speed_up_fails(tmp_path):
     ok, why = _grade(tmp_path, IDS)
     assert ok == {"q1-hidden-family": True, "q2-hidden": True, "q2-hidden-ab": False}, why
     assert "the samples give" in why[2]
+
+
+def test_an_altered_arm_fails_against_the_a_b_s_own_spread(tmp_path):
+    """The fix's A/B runs cut to 0.4x after the fact (ratio, speed-up and verdict re-derived to match): 2.5x the
+    traced fix — inside the old fixed 4x window, beyond what this A/B's runs strayed from each other (1.08x) times
+    the traced run's own steps (1.04x) times 1.5, and beyond the 2x floor."""
+    _submit(tmp_path, FIX, 0.1, fix_s=0.25)
+    ok, why = _grade(tmp_path, IDS)
+    assert ok == {"q1-hidden-family": True, "q2-hidden": True, "q2-hidden-ab": False}, why
+    assert "second arm" in why[2] and "run-to-run spread" in why[2], why
+
+
+def test_a_genuine_a_b_on_a_loaded_machine_passes_though_its_traced_runs_stray(tmp_path):
+    """Figures shaped like a loaded 2-core machine's (load 10-16: runs of one config 0.66-1.6 s, a traced fix
+    2.75x its arm's median, a traced job 0.6x): the A/B's own spread (2.4x) makes room for both."""
+    _submit(tmp_path, FIX, 0.12, job_s=0.6, fix_s=0.33, steps=(0.8, 1.0, 1.3),
+            a=[1.0, 1.6, 0.7, 1.2, 0.9], a2=[0.66, 1.1, 1.4, 0.95, 1.05], b_spread=(1.0, 0.75, 1.5, 0.9, 1.2))
+    ok, why = _grade(tmp_path, IDS)
+    assert ok == dict.fromkeys(IDS, True), why
