@@ -127,6 +127,11 @@ def test_the_tp_dtensor_term_is_pairs_times_the_cycle_beside_the_all_reduces():
     assert pr.tp_overhead_s == pytest.approx(8 * 4 * (1e-4 + 1e-9 * pr.act_bytes))
     assert pr.tp_s == bare.tp_s and pr.step_s == pytest.approx(bare.step_s + pr.tp_overhead_s)
     assert pr.as_dict()["tp_overhead_s"] == pr.tp_overhead_s
+    held = TPCycle(nranks=2, alpha_s=1e-4, beta_s_per_byte=1e-9, act_bytes=(1.0, 2.0), cost_s=(0.0, 0.0),
+                   includes_all_reduces=True)                               # measured on the GPT's blocks
+    inside = mp.predict_mp_step(cfg, 2, flops_per_s=RATE, tp_all_reduce=AR2, tp_cycle=held)
+    assert inside.tp_in_cycle and inside.tp_s == bare.tp_s                   # shown ...
+    assert inside.step_s == pytest.approx(bare.compute_s + inside.tp_overhead_s)   # ... not added
     txp = mp.predict_mp_step(mp.mp_config(BASE, "tpxpp", 4), 4, flops_per_s=RATE, tp_all_reduce=AR2, pp_all_reduce=AR2,
                              send_recv=SR, tp_cycle=cyc)
     assert txp.n_tp_pairs == 2 * 2                                          # one stage's 2 blocks
@@ -138,7 +143,7 @@ def test_the_tp_dtensor_term_is_pairs_times_the_cycle_beside_the_all_reduces():
 
 
 def test_tp_cycle_refuses_bad_input_by_name():
-    from labkit.perf_validate.tp_cycle import fit_tp_cycle, tp_pair_cycle
+    from labkit.perf_validate.tp_cycle import fit_tp_cycle, tp_block_cycle
 
     with pytest.raises(ValueError, match="two distinct sizes"):
         fit_tp_cycle([1e5, 1e5], [1e-4, 2e-4], 2)
@@ -146,7 +151,7 @@ def test_tp_cycle_refuses_bad_input_by_name():
         fit_tp_cycle([-1, 1e5], [1e-4, 2e-4], 2)
     with pytest.raises(ValueError, match="nranks"):
         fit_tp_cycle([1e4, 1e5], [1e-4, 2e-4], 1)
-    with pytest.raises(ValueError, match="two distinct counts"):
-        tp_pair_cycle(2, rows=(64, 64))
-    with pytest.raises(ValueError, match="width=6 must be divisible by tp=4"):
-        tp_pair_cycle(4, width=6)
+    with pytest.raises(ValueError, match="two distinct sizes"):
+        tp_block_cycle(2, micro_batches=(64, 64))
+    with pytest.raises(ValueError, match="tp=3 must divide n_heads"):
+        tp_block_cycle(3, "tiny")                                         # refused before any rank starts

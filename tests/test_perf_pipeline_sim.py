@@ -81,6 +81,9 @@ def test_predict_mp_step_plays_the_pipeline_on_the_cores_it_is_given():
     busy = 4 * sum(rank_time_shares(cfg, parts)) * whole * (2 / 4) / 2    # every rank's m micro-batches at a core's
     #                                                                     speed (the 4-rank rate × 4/2), ÷ 2 cores
     assert shared.compute_s + shared.bubble_s >= busy * (1 - 1e-9)
+    measured = mp.predict_mp_step(cfg, 4, cores=2, core_flops_per_s=1.5 * rate, **kw)   # the rate at 2 ranks, measured
+    assert measured.compute_s == pytest.approx(formula.compute_s / 1.5)
+    assert mp.predict_mp_step(cfg, 4, cores=4, core_flops_per_s=9 * rate, **kw).step_s == own.step_s  # a core each
     tp = mp.predict_mp_step(mp.mp_config(BASE, "tp", 2), 2, flops_per_s=rate, tp_all_reduce=AR, cores=1)
     assert tp.bubble_s == 0                                               # no pipeline: nothing to play
 

@@ -3,7 +3,7 @@
 collective, FSDP2's unit cycle), :mod:`~labkit.perf_validate.runs` (the launches: interleaved repeats,
 median runs, the rate N ranks keep); :mod:`~labkit.perf_validate.model_parallel` prices and measures the TP, PP and
 TP×PP cells of the trainer the same way (issue #24: TP all-reduces, PP sends, the bubble);
-:mod:`~labkit.perf_validate.tp_cycle` calibrates TP's own DTensor work on a synthetic stack of column/row pairs and
+:mod:`~labkit.perf_validate.tp_cycle` measures what TP adds to the GPT's own blocks (all-reduces, DTensor, waits) and
 :mod:`~labkit.perf_validate.stage_times` divides a GPT's time between pipeline ranks by its measured parts (a TP
 rank's block by its measured local shard); :mod:`~labkit.perf_validate.pipeline_sim` plays a GPipe or 1F1B step op
 by op on fewer cores than ranks.
@@ -107,12 +107,12 @@ from labkit.perf_validate.runs import (
     run_medians,
 )
 from labkit.perf_validate.stage_times import PartTimes, measure_part_times, rank_time_shares, shard_block
-from labkit.perf_validate.tp_cycle import TPCycle, fit_tp_cycle, tp_pair_cycle
+from labkit.perf_validate.tp_cycle import TPCycle, fit_tp_cycle, tp_block_cycle
 
 __all__ = ["PARALLELS", "Calibration", "StepPrediction", "Validation", "calibrate", "calibrate_count",
            "calibrate_one_rank", "oversubscription", "predict_step", "validate", "wrapped_units",
            "CYCLE_UNIT_BYTES", "LINK_OPS", "UnitCycle", "fit_gloo_link", "fit_gloo_links", "fit_unit_cycle",
            "fsdp_cycle_s", "fsdp_unit_bytes", "fsdp_unit_cycle", "medians_over_rounds", "compute_rate",
            "measure_compute_rate", "measure_concurrent_rates", "measure_steps", "measure_steps_then_rates",
-           "median_run", "pace", "run_medians", "TPCycle", "fit_tp_cycle", "tp_pair_cycle",
+           "median_run", "pace", "run_medians", "TPCycle", "fit_tp_cycle", "tp_block_cycle",
            "PartTimes", "measure_part_times", "rank_time_shares", "shard_block", "PipelinePlay", "play_schedule"]

@@ -15,13 +15,13 @@ sequences of s tokens (h = d_model, 4-byte fp32 activations):
   half its time): t_mb(rank) = share(rank) × the whole model's micro-batch at the calibrated rate.
 - **TP all-reduces**: 4 per block and micro-batch (2 forward, 2 backward: Shoeybi et al. 2019 §3), each of
   b·s·h·4 bytes, priced with the gloo all-reduce α–β fitted on tp ranks.
-- **TP DTensor work**: what ``parallelize_module`` adds beyond those all-reduces — DTensor's dispatch and
-  redistributions per op, the copies around each collective — per Megatron column/row pair (2 per block) and
-  micro-batch: pairs × m × (a + b·b·s·h·4), a and b calibrated on a synthetic stack of column/row-parallel
-  Linear pairs of the GPT's widths split over groups of tp ranks among N, as the cell runs them, minus its plain
-  local shard computed by all N ranks at once in the same processes, its bare all-reduces taken out — what is
-  left includes the wait at each collective when ranks compute between them (:mod:`labkit.perf_validate.tp_cycle`;
-  never a GPT).
+- **TP cycle**: everything tensor parallelism adds to a block beyond its local shard's arithmetic — the 4
+  all-reduces, DTensor's dispatch and redistributions around them, and the wait at each one when ranks compute
+  between them — per Megatron column/row pair (2 per block) and micro-batch: pairs × m × (a + b·b·s·h·4), a and b
+  measured on 2 of the GPT's own blocks (not a GPT: no embeddings, head, loss, optimizer or data) split by the
+  trainer's plan over groups of tp ranks among N as the cell runs them, minus their plain local shards run by all
+  N ranks at once (:func:`labkit.perf_validate.tp_cycle.tp_block_cycle`). It holds the all-reduces, so their α–β
+  (above) is printed beside it and not added, as FSDP2's unit cycle replaces its collectives' α–β.
 - **PP sends**: 2·v·m point-to-point transfers per rank (activations forward, their gradients back:
   Narayanan et al. 2021 §2.2), each of b·s·h·4 bytes — the trainer sends whole activations on every TP rank
   (no scatter/gather optimisation) — priced with the gloo send/recv α–β fitted on 2 ranks; plus the trainer's
@@ -30,7 +30,9 @@ sequences of s tokens (h = d_model, 4-byte fp32 activations):
 - **bubble**: the pipeline's fill and drain, (p−1)/(v·m) of the compute when the stages are equal (Narayanan
   et al. 2021 §2.2); with unequal stages (the head on the last) the other ranks' micro-batch time summed,
   ÷ v: (Σ_ranks t_rank − t_slowest)/v, which is (p−1)·t/v for equal ones.
-- step = compute + bubble + TP + TP DTensor + PP (no overlap: the gloo thread needs a core the compute holds).
+- step = compute + bubble + TP cycle + PP (no overlap: the gloo thread needs a core the compute holds); with a
+  :class:`~labkit.perf_validate.tp_cycle.TPCycle` that does not hold the all-reduces (``includes_all_reduces``
+  False), or none, the TP α–β is added.
 
 Not priced (printed as assumptions): the pipeline schedule's own Python work, AdamW's per-step update of DTensor
 parameters beyond a plain one's, idle pipeline ranks lending their core to others when ranks outnumber cores.
@@ -103,10 +105,12 @@ class MPStepPrediction:
     flops_per_s: float
     tp_overhead_s: float = 0.0          # DTensor's own work (TPCycle), beside the all-reduces' α–β
     n_tp_pairs: int = 0                 # Megatron column/row pairs on the slowest rank (2 per block)
+    tp_in_cycle: bool = False           # the TP cycle holds the all-reduces: tp_s is shown, not added
 
     @property
     def step_s(self) -> float:
-        return self.compute_s + self.bubble_s + self.tp_s + self.tp_overhead_s + self.pp_s
+        tp = 0.0 if self.tp_in_cycle else self.tp_s
+        return self.compute_s + self.bubble_s + tp + self.tp_overhead_s + self.pp_s
 
     def as_dict(self) -> dict:
         return {**asdict(self), "step_s": self.step_s}
@@ -121,7 +125,8 @@ def _ring(link, op: str, size: float, n: int) -> float:
 
 
 def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None, pp_all_reduce=None,
-                    send_recv=None, tp_cycle=None, part_times=None, cores: float | None = None) -> MPStepPrediction:
+                    send_recv=None, tp_cycle=None, part_times=None, cores: float | None = None,
+                    core_flops_per_s: float | None = None) -> MPStepPrediction:
     """Predict one optimizer step of ``cfg`` (``tp``/``pp`` > 1, dp = 1) on ``nranks`` gloo ranks by the terms of
     the module docstring. ``flops_per_s``: the hardware FLOP/s one rank keeps while ``nranks`` plain ranks
     compute at once; ``tp_all_reduce`` / ``pp_all_reduce``: :class:`labkit.comm.AlphaBeta` of the gloo
@@ -130,8 +135,10 @@ def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None,
     ``tp_overhead_s`` = 0); ``part_times``: a :class:`labkit.perf_validate.stage_times.PartTimes` (None: each
     rank's share of the compute by its FLOPs); ``cores``: the cores the N ranks share (None: the bubble formula,
     every rank at ``flops_per_s``; a number: a GPipe or 1F1B pipeline is played op by op on that many cores,
-    :mod:`labkit.perf_validate.pipeline_sim` — each rank at full speed is ``flops_per_s`` × N ÷ cores when N ranks
-    outnumber the cores, the rate N busy ranks keep being their time-shared one). Taught in chapter 24."""
+    :mod:`labkit.perf_validate.pipeline_sim` — a rank with a core of its own computes at ``core_flops_per_s``, the
+    rate measured with as many ranks as cores, or, when None, at ``flops_per_s`` × N ÷ cores: the rate N busy ranks
+    keep as their time-shared one). ``tp_cycle`` measured on the GPT's blocks (:func:`labkit.perf_validate.tp_cycle.
+    tp_block_cycle`) holds the TP all-reduces: their α–β term is then printed, not added. Taught in chapter 24."""
     if not hasattr(cfg, "model_config") or not hasattr(cfg, "tp"):
         raise checks.ArgumentTypeError(f"cfg must be a labkit.train.TrainConfig, got {type(cfg).__name__} "
                                        f"{cfg!r:.60}")
@@ -155,7 +162,12 @@ def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None,
         from labkit.perf_validate.pipeline_sim import play_schedule
 
         c = checks.positive("cores", cores)
-        full = [t * min(1.0, c / n) for t in t_mb]          # a core of its own: N time-shared ranks ran at c/N
+        if n <= c:
+            full = list(t_mb)
+        elif core_flops_per_s is not None:                  # a core of its own: the rate measured at c ranks
+            full = [t * rate / checks.positive("core_flops_per_s", core_flops_per_s) for t in t_mb]
+        else:                                               # else N time-shared ranks ran at c/N of a core each
+            full = [t * c / n for t in t_mb]
         compute = m * max(full)
         bubble = play_schedule(full, m, schedule=cfg.pp_schedule, cores=c, ranks_per_stage=cfg.tp).step_s - compute
     else:
@@ -170,7 +182,7 @@ def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None,
         from labkit.perf_validate.tp_cycle import TPCycle
 
         if not isinstance(tp_cycle, TPCycle):
-            raise checks.ArgumentTypeError(f"tp_cycle must be a TPCycle (tp_pair_cycle), got {type(tp_cycle).__name__}")
+            raise checks.ArgumentTypeError(f"tp_cycle must be a TPCycle (tp_block_cycle), got {type(tp_cycle).__name__}")
         tp_o = tp_cycle.overhead_s(pairs, m, act)
     n_send = 2 * v * m if cfg.pp > 1 else 0
     pp_s = 0.0
@@ -180,7 +192,8 @@ def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None,
     return MPStepPrediction(kind="tpxpp" if cfg.tp > 1 and cfg.pp > 1 else ("tp" if cfg.tp > 1 else "pp"),
                             nranks=n, tp=cfg.tp, pp=cfg.pp, micro_batches=m, compute_s=compute, bubble_s=bubble,
                             tp_s=tp_s, pp_s=pp_s, n_tp_all_reduce=n_ar, n_pp_sends=n_send, act_bytes=act,
-                            bubble_fraction=bubble / compute, flops_per_s=rate, tp_overhead_s=tp_o, n_tp_pairs=pairs)
+                            bubble_fraction=bubble / compute, flops_per_s=rate, tp_overhead_s=tp_o, n_tp_pairs=pairs,
+                            tp_in_cycle=bool(tp_o and tp_cycle.includes_all_reduces))
 
 
 def _rank_blocks(cfg) -> list:
@@ -207,7 +220,7 @@ class MPValidation:
 
     def format(self) -> str:
         cols = {"kind": "config", "ranks": "ranks", "model": "size", "pred_compute_ms": "compute",
-                "pred_bubble_ms": "bubble", "pred_tp_ms": "TP all-red.", "pred_tpo_ms": "TP DTensor",
+                "pred_bubble_ms": "bubble", "pred_tp_ms": "TP all-red.", "pred_tpo_ms": "TP cycle",
                 "pred_pp_ms": "PP sends",
                 "pred_step_ms": "predicted ms", "meas_step_ms": "measured ms"}
         t = self.table[list(cols)].rename(columns=cols)
@@ -228,7 +241,11 @@ class MPValidation:
         met = int(self.table["met"].sum())
         return "\n".join(["TP/PP cells: predicted terms vs measured (ms per optimizer step):",
                           t.to_string(index=False, float_format=lambda x: f"{x:.1f}"),
-                          f"within {self.target:.0%}: {met} of {len(self.table)} cells", "terms:", *counts,
+                          f"within {self.target:.0%}: {met} of {len(self.table)} cells",
+                          *(["TP all-red.: the alpha-beta of the 4 all-reduces per block and micro-batch, shown beside the TP "
+                             "cycle measured on the GPT's blocks, which holds them (not added)"]
+                            if self.cycles and all(c.includes_all_reduces for c in self.cycles.values()) else []),
+                          "terms:", *counts,
                           "calibration (last round):", *links, "assumptions:", *(f"  - {a}" for a in self.assumptions)])
 
 
@@ -252,7 +269,7 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
     from labkit.perf_validate import fit as _fit
     from labkit.perf_validate.runs import measure_steps_then_rates
     from labkit.perf_validate.stage_times import measure_part_times
-    from labkit.perf_validate.tp_cycle import tp_pair_cycle
+    from labkit.perf_validate.tp_cycle import tp_block_cycle
     from labkit.train import TrainConfig
 
     say = progress or (lambda line: None)
@@ -268,8 +285,8 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
                        accum=checks.count("accum", accum), steps=steps, warmup_steps=warmup_steps, dtype="fp32",
                        device="cpu", label=model)
     plain = base.replace(parallel="single", label=f"{model} concurrent calibration")   # the same m micro-batches
-    mc = base.model_config
-    rows, links, cycles, parts = [], {}, {}, None
+    rows, links, cycles, parts, rate_at = [], {}, {}, None, {}
+    mbs = sorted({max(1, micro_batch // 2), micro_batch, 2 * micro_batch})    # bracket the cells' activations
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     for r in range(checks.count("rounds", rounds)):
         say(f"calibrating: the GPT's parts (embeddings, blocks, tail) forward + backward on 1 rank (round {r + 1})")
@@ -282,19 +299,21 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
             say(f"calibrating: gloo all_reduce and send_recv sweeps on {n} ranks (round {r + 1})")
             links[n] = _fit.fit_gloo_links(n, ("all_reduce", "send_recv"), iters=link_iters)
             for t in sorted({mp_config(base, k, n).tp for k, _ in here} - {1}):     # each round afresh, as the cell
-                say(f"calibrating: TP pair cycle, groups of {t} in {n} ranks, vs its local shard (synthetic pairs)")
-                cycles[(r, t, n)] = tp_pair_cycle(n, tp=t, h=mc.d_model, width=mc.ff, timeout_s=timeout_s)
+                say(f"calibrating: TP cycle, 2 GPT blocks split in groups of {t} in {n} ranks, vs their local shards")
+                cycles[(r, t, n)] = tp_block_cycle(n, model, mbs, tp=t, timeout_s=timeout_s)
             say(f"measuring: {', '.join(k for k, _ in here)} on {n} ranks, {repeats} interleaved repeats; then the "
                 "same processes compute plain and independently (the rate at this concurrency)")
             recs, rate = measure_steps_then_rates([mp_config(base, k, n) for k, _ in here], [plain], n,
                                                   repeats=repeats, timeout_s=timeout_s)
+            rate_at[(r, n)] = rate[0]
             for (k, _), rec in zip(here, recs, strict=True):
                 cfg = mp_config(base, k, n)
                 tp_link = links.get(cfg.tp, links[n])["all_reduce"]
                 pp_link = links.get(cfg.pp, links[n])["all_reduce"]
                 pr = predict_mp_step(cfg, n, flops_per_s=rate[0], tp_all_reduce=tp_link, pp_all_reduce=pp_link,
                                      send_recv=links[n]["send_recv"],
-                                     tp_cycle=cycles.get((r, cfg.tp, n)), part_times=parts, cores=cores)
+                                     tp_cycle=cycles.get((r, cfg.tp, n)), part_times=parts, cores=cores,
+                                     core_flops_per_s=rate_at.get((r, cores)) if n > cores else None)
                 st = rec.step_time
                 rows.append({"model": model, "kind": k, "ranks": n, "round": r, "pred_compute_ms": pr.compute_s * 1e3,
                              "pred_bubble_ms": pr.bubble_s * 1e3, "pred_tp_ms": pr.tp_s * 1e3,
@@ -324,19 +343,19 @@ def validate_mp(model: str = "small", kinds=MP_KINDS, nranks=(2, 4), *, micro_ba
         "and tail whole on every TP rank); the slowest pipeline rank x m",
         "TP: 4 all-reduces of b*s*h*4 bytes per block and micro-batch (Shoeybi et al. 2019 s3), gloo all-reduce "
         "alpha-beta fitted on tp ranks (p10 of a 64 KiB-16 MiB sweep; for TPxPP the 2-rank fit, taken with 2 ranks "
-        "in the world); TP DTensor: per column/row pair (2 per block) m x (a + b x b*s*h*4), "
-        "from a synthetic stack of parallelize_module-d Linear pairs in groups of tp ranks among n (as the cell: "
-        "TPxPP's two groups of 2 at once on 4) minus its plain local shard run by all n ranks at once and minus its bare "
-        "all-reduces "
-        "(labkit.perf_validate.tp_cycle)",
+        "in the world), printed, not added; TP cycle: per column/row pair (2 per block) m x (a + b x b*s*h*4), "
+        "measured on 2 of the GPT's blocks split by the trainer's plan in groups of tp ranks among n (as the cell: "
+        "TPxPP's two groups of 2 at once on 4), 4 micro-batches a run, minus their plain local shards run by all n "
+        "ranks at once: the all-reduces, DTensor's work and the waits (labkit.perf_validate.tp_cycle.tp_block_cycle)",
         "PP: 2*v*m sends of b*s*h*4 bytes per rank (gloo send/recv alpha-beta fitted on n ranks), plus the tied "
         "embedding's gradient all-reduce (V*h*4 bytes) over the pp group; compute + bubble: the 1F1B schedule "
         f"played op by op on this machine's {cores} cores, every runnable rank at an equal share of them "
         "(labkit.perf_validate.pipeline_sim; with a core per rank it is the formula's (p-1)/(v*m) of compute for "
         "equal stages, Narayanan et al. 2021 s2.2); compute = the slowest rank's m micro-batches at a core's speed "
-        "(the n-rank rate x n / cores when ranks outnumber cores), bubble = the rest of the played step",
-        "not priced: the pipeline schedule's Python work, AdamW's per-step DTensor updates; no overlap of "
-        "communication with compute",
+        "(when ranks outnumber cores: the rate measured with as many ranks as cores in this round), bubble = the "
+        "rest of the played step",
+        "not priced: the pipeline schedule's Python work (~1 ms per micro-batch and stage), AdamW's per-step "
+        "DTensor updates (~1 ms per pair and step); no overlap of communication with compute",
         f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}",
     ]
     return MPValidation(table=t, rounds=rows, links=links, target=target, assumptions=assumptions,

@@ -1,32 +1,30 @@
-"""Tensor parallelism's own work on N gloo ranks beyond its all-reduces (issue #24): what DTensor and
-``parallelize_module`` cost per Megatron column/row pair, calibrated on a synthetic stack, never on a GPT.
+"""Tensor parallelism's cost on N gloo ranks beyond a rank's own arithmetic (issue #24): what the all-reduces,
+DTensor and the waits cost per Megatron column/row pair, measured on the GPT's own blocks, never on a GPT.
 
 A tensor-parallel GPT block is two Megatron pairs (Shoeybi et al. 2019 §3): ``qkv`` by columns then ``proj`` by
-rows, ``fc`` by columns then ``proj`` by rows (:mod:`labkit.train.tensor_parallel`). Each pair costs per
-micro-batch the two all-reduces the model already prices with gloo's α–β (the row split's output in forward,
-the column split's input gradient in backward) *and* work that no compute rate of a plain model holds:
-DTensor's dispatch of every op on a sharded parameter (sharding propagation, the ``Replicate`` → ``Partial``
-redistributions that wrap each collective, the wrappers' input/output hooks), the copies around the
-collectives. (Per optimizer step AdamW's update of each pair's four DTensor parameters costs more than a plain
-one's too; it is not timed here — a forward, backward and optimizer step is the one training loop's job,
-:mod:`labkit.train.loop` — and it is small: 4 DTensor tensors per pair, once per step, not per micro-batch.)
+rows, ``fc`` by columns then ``proj`` by rows (:mod:`labkit.train.tensor_parallel`). Beyond the arithmetic of its
+local shard (:func:`labkit.perf_validate.stage_times.shard_block`: n_heads/tp heads, ff/tp columns, the LayerNorms
+whole), each pair costs per micro-batch its two all-reduces (the row split's output in forward, the column
+split's input gradient in backward), DTensor's dispatch of every op on a sharded parameter (sharding
+propagation, the ``Replicate`` → ``Partial`` redistributions around each collective, the wrappers' hooks) and
+the **wait** at each all-reduce: a rank that arrives first waits for the slowest, and when ranks outnumber cores
+each collective waits for a rank the scheduler has set aside. A bare all-reduce sweep — every rank in step,
+nothing computed between calls — sees none of the last.
 
-:func:`tp_pair_cycle` measures that on a synthetic module — ``pairs`` units of ``Linear(h, w)`` by columns
-then ``Linear(w, h)`` by rows, with biases as the GPT's, ``w`` the GPT's MLP width by default so that each rank
-computes between its collectives as a block's rank does — forward + backward of ``rows`` × h inputs (requiring a
-gradient, as a block's input does, so the backward all-reduce runs) on N ranks in groups of tp; in the same
-processes and interleaved with it, a bare gloo all-reduce of the same rows·h·4 bytes and the same stack as each
-rank's **local shard** (``Linear(h, w/tp)``, ``Linear(w/tp, h)``: the same arithmetic on plain tensors, no
-DTensor, no collective), all N ranks computing it at once — so it runs at the rate N ranks keep on this
-machine's cores, as the model's compute term does. Per pair and micro-batch::
+:func:`tp_block_cycle` measures it all at once: 2 blocks of the GPT split by the trainer's own plan over groups
+of tp ranks among N (every group at once, as a TP×PP cell runs them), forward + backward of a micro-batch, 4
+micro-batches a run as a step runs them; then, in the same processes, the same blocks' plain local shards run by
+all N ranks at once — at the rate N ranks keep on this machine's cores, as the model's compute term is. Per pair
+and micro-batch::
 
-    cost(bytes) = t_N(pair) − 2 · t_N(all-reduce of bytes) − t_N(local pair)   ≈   a + b · bytes
+    cost(bytes) = [t_N(TP block) − t_N(local shard block)] / 2   ≈   a + b · (b·s·h·4 bytes)
 
-What is left is DTensor's own work and what synchronising costs when ranks compute between collectives: a rank
-that reaches an all-reduce first waits for the slowest, and when ranks outnumber cores each collective waits for
-a rank the scheduler has set aside (a bare all-reduce sweep, every rank in step, never sees that).
-fitted by least squares over a few row counts (:class:`TPCycle`). The all-reduces stay in the model's α–β term:
-:meth:`TPCycle.overhead_s` is added beside it, not in place of it.
+fitted by least squares over a few micro-batch sizes (:class:`TPCycle`). It holds the all-reduces, so the
+model prints their α–β beside it and does not add it. (An earlier form timed a synthetic stack of
+column/row ``Linear`` pairs and took its bare all-reduces out: on 4 ranks on 2 cores it read a third of what
+the GPT's blocks cost, alternating its runs with the local shard's put the ranks back in step, and the
+difference of three noisy medians went negative.) AdamW's per-step update of each pair's DTensor parameters is
+not timed here (≈ 1 ms per pair and step measured on 2 ranks: under 2 % of the small GPT's TP step).
 
 Layer 3 (ARCHITECTURE.md): it launches ranks (:func:`labkit.launcher.launch`). Used by
 :mod:`labkit.perf_validate.model_parallel`. Taught in chapter 24 (choosing a layout: what the TP model prices).
@@ -37,17 +35,13 @@ from dataclasses import dataclass
 
 from labkit import checks
 
-__all__ = ["TP_CYCLE_ROWS", "TPCycle", "fit_tp_cycle", "tp_pair_cycle"]
-
-#: Default input rows of the synthetic pairs at width h = 256: activations of 64 KiB, 256 KiB and 1 MiB (fp32),
-#: which bracket the small GPT's b·s·h·4 = 256 KiB at micro-batch 2 (its h = 256, MLP width 1024).
-TP_CYCLE_ROWS = (64, 256, 1024)
-
+__all__ = ["TPCycle", "fit_tp_cycle", "tp_block_cycle"]
 
 @dataclass(frozen=True)
 class TPCycle:
-    """DTensor's own seconds per Megatron pair on ``nranks`` ranks: ``alpha_s`` + ``beta_s_per_byte`` × activation
-    bytes per pair and micro-batch (fitted to ``cost_s`` at ``act_bytes``). Taught in chapter 24."""
+    """TP's seconds per Megatron pair and micro-batch on ``nranks`` ranks beyond the local shard's arithmetic:
+    ``alpha_s`` + ``beta_s_per_byte`` × activation bytes (fitted to ``cost_s`` at ``act_bytes``);
+    ``includes_all_reduces``: measured on the GPT's blocks, the pairs' all-reduces inside it. Taught in chapter 24."""
 
     nranks: int
     alpha_s: float
@@ -55,6 +49,7 @@ class TPCycle:
     act_bytes: tuple
     cost_s: tuple
     tp: int = 0                   # ranks per TP group (0: all nranks)
+    includes_all_reduces: bool = False    # True: measured on the GPT's own blocks, the all-reduces inside
 
     def cost(self, act_bytes: float) -> float:
         """Seconds per pair and micro-batch at ``act_bytes`` (≥ 0: a negative fit is clamped)."""
@@ -69,87 +64,103 @@ class TPCycle:
     def format(self) -> str:
         pts = ", ".join(f"{b / 1e3:.0f} kB {c * 1e6:.0f} us" for b, c in zip(self.act_bytes, self.cost_s, strict=True))
         where = f"{self.nranks} ranks" + (f" (groups of tp={self.tp})" if self.tp not in (0, self.nranks) else "")
-        return (f"TP pair cycle on {where} (DTensor's own work beyond the all-reduces): "
+        what = ("GPT blocks: all-reduces, DTensor and waits, per Megatron pair" if self.includes_all_reduces
+                else "beyond the all-reduces")
+        return (f"TP cycle on {where} ({what}): "
                 f"{self.alpha_s * 1e6:.0f} us + {self.beta_s_per_byte * 1e9:.3f} ns/B per pair and micro-batch "
                 f"(measured: {pts})")
 
 
-def fit_tp_cycle(act_bytes, cost_s, nranks: int, *, tp: int | None = None) -> TPCycle:
+def fit_tp_cycle(act_bytes, cost_s, nranks: int, *, tp: int | None = None,
+                 includes_all_reduces: bool = False) -> TPCycle:
     """Least-squares line cost = a + b·bytes through per-pair costs measured at ``act_bytes`` (at least two
-    distinct sizes) on ``nranks`` ranks in groups of ``tp`` (default all). Taught in chapter 24."""
+    distinct sizes) on ``nranks`` ranks in groups of ``tp`` (default all); ``includes_all_reduces``: the costs
+    hold the pairs' all-reduces (:func:`tp_block_cycle`). Taught in chapter 24."""
     from labkit.perf_validate.fit import line_fit
 
     a, b, x, y = line_fit("fit_tp_cycle", "act_bytes", act_bytes, cost_s)
     return TPCycle(nranks=checks.count("nranks", nranks, at_least=2), alpha_s=float(a), beta_s_per_byte=float(b),
-                   act_bytes=tuple(x), cost_s=tuple(y), tp=0 if tp is None else checks.count("tp", tp, at_least=2))
+                   act_bytes=tuple(x), cost_s=tuple(y), tp=0 if tp is None else checks.count("tp", tp, at_least=2),
+                   includes_all_reduces=bool(includes_all_reduces))
 
 
-def _stack(h: int, w: int, pairs: int):
-    import torch.nn as nn
-
-    return nn.Sequential(*(nn.Sequential(nn.Linear(h, w), nn.Linear(w, h)) for _ in range(pairs)))
-
-
-def _pair_cells(rows: list, h: int, w: int, pairs: int, iters: int, warmup: int, tp: int = 0) -> list:
-    """What each rank runs: per row count, medians in seconds of (forward + backward per pair of the stack split by
-    columns/rows over groups of ``tp`` ranks (0: all N), every group at once; a bare all-reduce of rows·h fp32 in
-    the group; forward + backward per pair of the plain local shard, every rank at once), interleaved."""
+def _block_cells(model_name: str, micro_batches: list, blocks: int, iters: int, warmup: int, tp: int) -> list:
+    """What each rank runs: per micro-batch size, medians in seconds per block of (forward + backward of ``blocks``
+    GPT blocks split over groups of ``tp`` ranks by the trainer's own plan, every group at once; the same blocks'
+    plain local shards, every rank at once), each a run of consecutive iterations as a step's micro-batches."""
     import statistics
     import time
 
     import torch
     import torch.distributed as dist
+    import torch.nn as nn
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import parallelize_module
 
-    n = dist.get_world_size()
-    t = tp or n
-    mesh = init_device_mesh("cpu", (n // t, t), mesh_dim_names=("rep", "tp"))["tp"]
+    from labkit.model_config import SIZES
+    from labkit.models import Block
+    from labkit.perf_validate.stage_times import shard_block
+    from labkit.train.tensor_parallel import block_plan, interleave_qkv
+
+    n, mc = dist.get_world_size(), SIZES[model_name]
+    mesh = init_device_mesh("cpu", (n // tp, tp), mesh_dim_names=("rep", "tp"))["tp"]
+    torch.manual_seed(0)
+    split = nn.Sequential(*(Block(mc) for _ in range(blocks)))
+    for blk in split:
+        interleave_qkv(blk.attn.qkv, tp)
+        parallelize_module(blk, mesh, block_plan(False))
+    local = nn.Sequential(*(shard_block(mc, tp) for _ in range(blocks)))
     out = []
-    for r in rows:
-        torch.manual_seed(0)
-        model, local = _stack(h, w, pairs), _stack(h, w // t, pairs)
-        plan = {k: v for i in range(pairs) for k, v in ((f"{i}.0", ColwiseParallel()), (f"{i}.1", RowwiseParallel()))}
-        parallelize_module(model, mesh, plan)
-        x, buf = torch.randn(r, h, requires_grad=True), torch.randn(r * h)
-        fb, ar, lo = [], [], []
-        for _ in range(warmup + iters):
-            for mod, into in ((model, fb), (local, lo)):
+    for b in micro_batches:
+        x = torch.randn(b, mc.seq_len, mc.d_model, requires_grad=True)
+        meds = []
+        for mod in (split, local):
+            runs = []
+            for _ in range(warmup + iters):              # a run of 4 micro-batches, as a step; no barrier inside
                 dist.barrier()
                 t0 = time.perf_counter()
-                mod(x).sum().backward()
-                into.append((time.perf_counter() - t0) / pairs)
+                for _ in range(4):
+                    mod(x).sum().backward()
+                runs.append((time.perf_counter() - t0) / (4 * blocks))
                 mod.zero_grad(set_to_none=True)
                 x.grad = None
-            dist.barrier()
-            t0 = time.perf_counter()
-            dist.all_reduce(buf, group=mesh.get_group())
-            ar.append(time.perf_counter() - t0)
-        out.append(tuple(statistics.median(v[warmup:]) for v in (fb, ar, lo)))
+            meds.append(statistics.median(runs[warmup:]))
+        out.append(tuple(meds))
     return out
 
 
-def tp_pair_cycle(nranks: int, rows=TP_CYCLE_ROWS, *, tp: int | None = None, h: int = 256, width: int = 1024,
-                  pairs: int = 4, iters: int = 9, warmup: int = 3, timeout_s: float = 300) -> TPCycle:
-    """Measure :class:`TPCycle` on ``nranks`` gloo ranks (module docstring): ``pairs`` column/row pairs of width
-    ``h`` (inner width ``width``, divisible by ``tp``; the small GPT's h and MLP width by default) split over
-    groups of ``tp`` ranks (default all ``nranks``; e.g. tp = 2 in a world of 4, as a TP2×PP2 cell runs them:
-    every group at once), inputs of each of ``rows``; medians of ``iters`` after ``warmup`` on rank 0, a barrier
-    before each. One launch, not a training run. Taught in chapter 24."""
+def tp_block_cycle(nranks: int, model: str = "small", micro_batches=(1, 2, 4), *, tp: int | None = None,
+                   blocks: int = 2, iters: int = 9, warmup: int = 3, timeout_s: float = 300) -> TPCycle:
+    """TP's whole cost per Megatron pair and micro-batch on the ``model`` GPT's own blocks: ``blocks`` blocks (not a
+    GPT: no embeddings, head, loss, optimizer or data) split by :mod:`labkit.train.tensor_parallel`'s plan over
+    groups of ``tp`` ranks among ``nranks`` (default all), forward + backward of each of ``micro_batches``
+    sequences, iteration after iteration; minus the same blocks' plain local shards
+    (:func:`labkit.perf_validate.stage_times.shard_block`) run by all ranks at once in the same processes::
+
+        cost(bytes) = [t_N(TP block) − t_N(local shard block)] / 2 pairs   ≈   a + b · (b·s·h·4 bytes)
+
+    What is left holds the 4 all-reduces of a block, DTensor's work around them and the wait at each one when
+    ranks compute between them (a rank a little slower, or set aside by the scheduler when ranks outnumber
+    cores, holds the others) — so the α–β all-reduce term is printed beside it, not added
+    (``includes_all_reduces``), as FSDP2's unit cycle replaces its collectives' α–β. One launch. Taught in
+    chapter 24."""
     from labkit.launcher.parent import launch
+    from labkit.model_config import SIZES
+    from labkit.perf_validate.stage_times import shard_block
 
     n = checks.count("nranks", nranks, at_least=2)
-    rs = [checks.count("rows", r) for r in rows]
-    if len(set(rs)) < 2:
-        raise ValueError(f"rows must hold at least two distinct counts to fit a + b·bytes, got {rs}")
-    hh, w, k = checks.count("h", h), checks.count("width", width), checks.count("pairs", pairs)
+    checks.one_of("model", model, SIZES)
+    bs = [checks.count("micro_batches", b) for b in micro_batches]
+    if len(set(bs)) < 2:
+        raise ValueError(f"micro_batches must hold at least two distinct sizes to fit a + b·bytes, got {bs}")
     t = n if tp is None else checks.count("tp", tp, at_least=2)
     if n % t:
         raise ValueError(f"tp={t} must divide nranks={n} (groups of tp ranks)")
-    if w % t:
-        raise ValueError(f"width={w} must be divisible by tp={t} (a column split of whole columns)")
-    it, wu = checks.count("iters", iters), checks.count("warmup", warmup, at_least=0)
-    env = {"OMP_NUM_THREADS": "1"}
-    cells = launch(_pair_cells, n, args=(rs, hh, w, k, it, wu, t), env=env, timeout_s=timeout_s, stream=False).value
-    cost = [fb - 2 * ar - lo for fb, ar, lo in cells]
-    return fit_tp_cycle([r * hh * 4 for r in rs], cost, n, tp=t)
+    mc = SIZES[model]
+    shard_block(mc, t)                                     # a clear error here, not in the ranks
+    k, it = checks.count("blocks", blocks), checks.count("iters", iters)
+    wu = checks.count("warmup", warmup, at_least=0)
+    cells = launch(_block_cells, n, args=(model, bs, k, it, wu, t), env={"OMP_NUM_THREADS": "1"},
+                   timeout_s=timeout_s, stream=False).value
+    cost = [(tb - lo) / 2 for tb, lo in cells]
+    return fit_tp_cycle([b * mc.seq_len * mc.d_model * 4 for b in bs], cost, n, tp=t, includes_all_reduces=True)
