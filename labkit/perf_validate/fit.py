@@ -114,7 +114,7 @@ class UnitCycle:
 
 def line_fit(who: str, name: str, sizes, cost_s) -> tuple:
     """(a, b, sizes, costs) of the least-squares line cost = a + b·size through measured costs, checked: one cost
-    per size, at least two distinct sizes (the FSDP2 unit cycle and TP's pair cycle fit the same way). Taught in
+    per size, at least two distinct sizes (the FSDP2 unit cycle and TP's block cycle fit the same way). Taught in
     chapters 20 and 24."""
     import numpy as np
 
