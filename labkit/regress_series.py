@@ -136,7 +136,8 @@ class NoiseModel:
         ``"diff"`` (the default) — run-to-run σ from successive differences, median |Δ log figure| / (0.6745·√2)
         × :func:`diff_consistency` (von Neumann's mean square successive difference, made robust with a median):
         a shift of the machine's load part-way through the runs moves one difference, not half the sample
-        (six runs at 18, 18, 36, 38, 32, 17 ms: σ ≈ 16 % where the MAD reads 60 % and the std 45 %);
+        (tests/test_regress_series.py: a CI machine's six runs at 18.6, 18.3, 35.9, 37.7, 32.3, 16.7 ms give a
+        σ under 20 % by this estimate, over 50 % by the MAD);
         ``"mad"`` — 1.4826 · MAD × :func:`mad_consistency`, robust to a run or two but not to a shift;
         ``"std"`` — the plain standard deviation."""
         checks.one_of("method", method, ("diff", "mad", "std"))

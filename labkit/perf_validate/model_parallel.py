@@ -193,7 +193,7 @@ def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None,
                             nranks=n, tp=cfg.tp, pp=cfg.pp, micro_batches=m, compute_s=compute, bubble_s=bubble,
                             tp_s=tp_s, pp_s=pp_s, n_tp_all_reduce=n_ar, n_pp_sends=n_send, act_bytes=act,
                             bubble_fraction=bubble / compute, flops_per_s=rate, tp_overhead_s=tp_o, n_tp_pairs=pairs,
-                            tp_in_cycle=bool(tp_o and tp_cycle.includes_all_reduces))
+                            tp_in_cycle=bool(pairs and tp_cycle is not None and tp_cycle.includes_all_reduces))
 
 
 def _rank_blocks(cfg) -> list:
