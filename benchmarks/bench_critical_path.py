@@ -25,6 +25,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--launches", type=int, default=7, help="launches (3 slowed jobs + 1 clean each)")
     ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--keep", metavar="DIR", help="keep every job's traces under DIR/seed<N>/<kind>")
     args = ap.parse_args(argv)
     if args.launches < 1 or args.ranks < 2:
         ap.error(f"--launches {args.launches} --ranks {args.ranks}: use at least 1 launch and 2 ranks")
@@ -37,7 +38,8 @@ def main(argv=None) -> int:
     for seed in range(args.launches):
         rng = random.Random(seed)
         slow = {k: rng.randrange(args.ranks) for k in KINDS}
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(args.keep) / f"seed{seed}" if args.keep else Path(tmp)
             cfgs = [TrainConfig(**fast, seed=seed, inject="straggler", straggler_rank=r, straggler_by=k,
                                 profile_dir=str(Path(d) / k)) for k, r in slow.items()]
             cfgs.append(TrainConfig(**fast, seed=seed, profile_dir=str(Path(d) / "clean")))

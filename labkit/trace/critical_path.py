@@ -21,8 +21,8 @@ main thread outside any operator — Python, a sleep, a stall) and ``idle`` (GPU
 
 The **pace-setting rank** of a step is the one that kept the others waiting longest at its collectives (the
 rank holding most of the path outside communication when nobody waited); its **cause** is the
-cause in which it exceeds the other ranks most, compared over the same stretch — from the end of the
-previous collective (or the step's start) to its arrival at each collective it reached last. The others'
+cause in which it exceeds the other ranks most over the stretch that made it late — from the end of the
+collective before the first one it reached last (the ranks leave a collective together) to its arrival. The others'
 time at those collectives before it arrived is what the slowest rank cost them (``waited_s``);
 :meth:`CriticalPath.lost_to_slowest` sums it by cause over the job.
 
@@ -44,7 +44,7 @@ import labkit.intervals as iv
 from labkit import checks
 from labkit.trace.breakdown import RankView
 from labkit.trace.runs import read_ranks
-from labkit.trace.stragglers import LATE_MARGIN
+from labkit.trace.stragglers import LATE_MARGIN, binom_tail
 from labkit.units import US
 
 __all__ = ["critical_path", "critical_path_of", "CriticalPath", "StepPath", "CAUSES"]
@@ -132,6 +132,8 @@ class CriticalPath:
     kind: str
     ranks: list[int]
     steps: list[StepPath]
+    n_collectives: int = 0
+    times_last: dict[int, int] = field(default_factory=dict)
 
     def table(self):
         """One row per step: duration, pacer, cause, the pacer's share of the path, the others' median wait."""
@@ -155,7 +157,8 @@ class CriticalPath:
 
     def verdict(self) -> tuple[int | None, str | None]:
         """(rank, cause) of the job's slowest rank: the rank that kept the others waiting longest over all
-        steps, if that is at least the margin (:attr:`StepPath.margin`) of the job's time; its cause is the
+        steps, if that is at least the margin (:attr:`StepPath.margin`) of the job's time and it was last
+        at more collectives than chance would make it (the stragglers table's test); its cause is the
         one of the steps it set the pace of, weighted by how long it held the others (its largest path
         cause if it set none). (None, None) when no rank held the others back. Taught in chapter 9."""
         if not self.steps:
@@ -168,6 +171,11 @@ class CriticalPath:
         if not held or max(held.values()) < self.steps[0].margin * total:
             return None, None
         rank = max(held, key=held.get)
+        # a slow rank is last again and again; ranks time-sliced on shared cores take turns. The stragglers
+        # table's test: last at more than half the collectives, and more often than chance (binomial, 10 %)
+        n, k = self.n_collectives, self.times_last.get(rank, 0)
+        if not (k > n / 2 and binom_tail(n, k, 1 / len(self.ranks)) < 0.10):
+            return None, None
         causes: dict[str, float] = {}
         for p in self.steps:
             if p.pacer == rank:
@@ -333,7 +341,8 @@ def _job_path(shared, ranks, views, kind, seq, coll_step, bounds, first, end, pe
         steps.append(StepPath(step=int(sid), duration_s=duration, pacer=pacer, cause=cause, by_rank=by_rank,
                               segments=segs, waited_s=waited, excess_s=excess, matched=per_step[sid],
                               margin=LATE_MARGIN[kind], held_s=held))
-    return CriticalPath(kind=kind, ranks=sorted(ranks), steps=steps)
+    lastc = {r: int(((last == i) & (L - A.min(axis=0) > 0)).sum()) for i, r in enumerate(ranks)} if n else {}
+    return CriticalPath(kind=kind, ranks=sorted(ranks), steps=steps, n_collectives=n, times_last=lastc)
 
 
 def _held(in_step, ranks, A, L, last) -> dict[int, float]:
@@ -357,22 +366,27 @@ def _pacer(held, by_rank, ranks) -> int:
 
 
 def _lateness(pi, in_step, ranks, views, A, E, L, last, d0):
-    """At the step's collectives the pacer reached last: the others' waits, and the pacer's excess per
-    cause over the same stretch (from the end of the previous collective, or the profiled start)."""
+    """The others' waits at the step's collectives the pacer reached last, and the pacer's excess per cause
+    over the stretch that made it late: from the end of the collective before the first one it reached last
+    (every rank leaves a collective together, so they start that stretch in step) to its arrival there.
+    Later collectives inherit the lateness: the others computed their next gradients while they waited,
+    so comparing those stretches would charge the pacer's inherited compute, whatever made it late."""
     R = len(ranks)
     waited: dict[int, float] = {}
     reached_last = [j for j in in_step.tolist() if last[j] == pi]
     if R < 2 or not reached_last:
         return waited, {}
-    own = np.zeros((R, len(_OWN)))
     for j in reached_last:
         for ri in range(R):
-            a = max(d0[ri], E[ri, j - 1]) if j > 0 else d0[ri]
-            for cause, (s, e) in _classify(views[ranks[ri]], a, A[ri, j]):
-                if cause in _OWN:
-                    own[ri, _OWN.index(cause)] += (e - s) * US
             if ri != pi:
                 waited[ranks[ri]] = waited.get(ranks[ri], 0.0) + max(L[j] - A[ri, j], 0.0) * US
+    j = reached_last[0]
+    own = np.zeros((R, len(_OWN)))
+    for ri in range(R):
+        a = max(d0[ri], E[ri, j - 1]) if j > 0 else d0[ri]
+        for cause, (s, e) in _classify(views[ranks[ri]], a, A[ri, j]):
+            if cause in _OWN:
+                own[ri, _OWN.index(cause)] += (e - s) * US
     others = np.median(np.delete(own, pi, axis=0), axis=0)
     return waited, {c: float(own[pi, k] - others[k]) for k, c in enumerate(_OWN)}
 
