@@ -9,6 +9,7 @@ Examples::
     labkit trace analyze --example hta-2-of-128       # a real GPU trace shipped with the course
     labkit trace hta --example hta-ddp-rank0-of-2     # HTA's definitions on another real one
     labkit trace synth out/ --ranks 2 --straggler-rank 1 --straggler-us 700
+    labkit trace critical-path traces/ --plot path.png   # who set each step's pace, why, what it cost
 
 Taught in chapter 9 (profiler traces).
 """
@@ -91,6 +92,16 @@ def register(subparsers) -> None:
     h.add_argument("--json", action="store_true")
     _add_limits(h)
     h.set_defaults(func=_hta)
+    c = sub.add_parser("critical-path", help="each step's cross-rank critical path: the pace-setting rank, "
+                       "its cause, the others' wait", epilog=_examples_help(), formatter_class=RawDescriptionHelpFormatter)
+    _add_path(c)
+    c.add_argument("--steps", type=int, nargs="+", help="ProfilerStep numbers to keep (default: all)")
+    c.add_argument("--json", action="store_true", help="print JSON (one row per step, the verdict) instead of text")
+    c.add_argument("--plot", metavar="PNG", help="also draw the ranks x steps heat map with the path to this file")
+    c.add_argument("--allow-mixed", action="store_true",
+                   help="analyse a folder whose files look like different runs (refused by default)")
+    _add_limits(c)
+    c.set_defaults(func=_critical_path)
     s = sub.add_parser("synth", help="write SYNTHETIC GPU-style traces with known answers")
     s.add_argument("out", help="output folder")
     s.add_argument("--ranks", type=int, default=2)
@@ -122,6 +133,31 @@ def _analyze(args) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print("\n".join([res.summary(), *(_model_flops.lines(record) if record is not None else [])]))
+    return 0
+
+
+def _critical_path(args) -> int:
+    from labkit.cli._io import naming
+    from labkit.trace.critical_path import critical_path
+
+    path = _path(args)
+    if args.plot is not None and not str(args.plot).lower().endswith(".png"):
+        raise ValueError(f"--plot {args.plot!r}: give a file name ending in .png")
+    with naming(path, "trace"):
+        cp = critical_path(path, steps=args.steps, allow_mixed=args.allow_mixed, **_limits(args))
+    if args.plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        ax = cp.plot()
+        ax.figure.savefig(args.plot, dpi=120, bbox_inches="tight")
+    if args.json:
+        rank, cause = cp.verdict()
+        print(json.dumps({"steps": cp.table().to_dict("records"), "verdict": {"rank": rank, "cause": cause},
+                          "lost_to_slowest_s": cp.lost_to_slowest()}, indent=2, default=float))
+    else:
+        print(cp.table().to_string(index=False))
+        print(cp.summary())
     return 0
 
 

@@ -18,6 +18,8 @@ The face of the trace family; each file is one concept:
   each gradient bucket's all-reduce (launch and run) on a timeline;
 - :mod:`labkit.trace.pipeline` — :func:`pipeline_bubble`: the idle time per compute time of each
   pipeline rank, measured from a pipelined run's traces, beside (p−1)/(v·m) (chapter 24);
+- :mod:`labkit.trace.critical_path` — :func:`critical_path`: each step's cross-rank critical path — the rank
+  that set the pace, why (compute, data loader, host, communication), and how long the others waited for it;
 - :mod:`labkit.trace.synthetic` — SYNTHETIC GPU-style traces with known answers
   (:func:`synthesize_traces`, also ``write_traces``).
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 from labkit.trace.analysis import TraceAnalysis, analyze
 from labkit.trace.breakdown import COLUMNS, collective_type
+from labkit.trace.critical_path import CriticalPath, StepPath, critical_path
 from labkit.trace.hta import hta_comm_comp_overlap, hta_summary, hta_temporal_breakdown
 from labkit.trace.load import NotATraceError, RankEvents, load, trace_files
 from labkit.trace.pipeline import PipelineBubble, pipeline_bubble
@@ -40,4 +43,5 @@ from labkit.trace.timeline import DDPTimeline, ddp_timeline
 __all__ = ["load", "analyze", "TraceAnalysis", "trace_files", "hta_temporal_breakdown",
            "hta_comm_comp_overlap", "hta_summary", "read_ranks", "RankEvents", "NotATraceError",
            "COLUMNS", "collective_type", "SyntheticSpec", "synthesize_trace", "synthesize_traces",
-           "DDPTimeline", "ddp_timeline", "pipeline_bubble", "PipelineBubble"]
+           "DDPTimeline", "ddp_timeline", "pipeline_bubble", "PipelineBubble", "critical_path", "CriticalPath",
+           "StepPath"]

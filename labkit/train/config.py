@@ -47,7 +47,8 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   ``"memory"`` (an activation budget that forces a smaller micro-batch and recomputation), ``"host"``
   (every rank's training thread blocks outside any op once per step, as a hidden host sync would) and
   ``"straggler"`` (the same block on one rank only, ``straggler_rank``, so the others wait for it at the
-  collectives); ``inject_share`` is the share of a clean step the data/comm/host/straggler injection
+  collectives; ``straggler_by="compute"`` spends it in matrix multiplies instead, ``"data"`` in that rank's
+  loader); ``inject_share`` is the share of a clean step the data/comm/host/straggler injection
   adds unless ``data_slowdown_s``/``comm_pad_mb``/``host_stall_s`` fix it;
 - **the data pipeline** (chapter 22): ``num_workers``, ``prefetch_factor``, ``persistent_workers``,
   ``pin_memory`` (the DataLoader's), ``dataset`` = ``"memmap"`` (the pre-tokenised token file) or
@@ -75,6 +76,9 @@ DTYPES = ("fp32", "bf16", "fp16")
 COMM_HOOKS = (None, "fp16", "bf16", "powersgd")                            # DDP communication hooks
 LOSS_SCALES = ("auto", "dynamic", "off")                                  # or a number: a static scale
 INJECTIONS = ("none", "data", "compute", "comm", "memory", "host", "straggler")
+#: what slows the straggler rank (chapter 9's critical path): a block outside any op, extra compute in ops,
+#: or a slow loader on that rank only
+STRAGGLER_KINDS = ("host", "compute", "data")
 SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSDP1
 BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
 FSDP_WRAP = ("block", "model")                   # FSDP units: one per transformer block + root, or the root only
@@ -137,6 +141,7 @@ class TrainConfig:
     memory_budget_mb: float | None = None  # activation budget (inject="memory"; None → half a sample's)
     host_stall_s: float = 0.0           # per-step block outside any op (inject="host"/"straggler"; 0 → sized)
     straggler_rank: int | None = None   # the slow rank of inject="straggler" (None → the last rank)
+    straggler_by: str = "host"          # what makes it slow: one of STRAGGLER_KINDS (labkit.train.inject)
     profile_dir: str | None = None      # torch.profiler chrome traces, one file per rank
     profile_steps: int | None = None    # record the last N steps (None → up to 3 after 2 skipped)
     device: str = "auto"
@@ -239,6 +244,10 @@ class TrainConfig:
         checks.nonneg("TrainConfig.host_stall_s", self.host_stall_s)
         if self.straggler_rank is not None:
             checks.count("TrainConfig.straggler_rank", self.straggler_rank, at_least=0)
+        if self.straggler_by not in STRAGGLER_KINDS:
+            bad("straggler_by", f"choose one of {STRAGGLER_KINDS}")
+        if self.straggler_by != "host" and self.inject != "straggler":
+            bad("straggler_by", "it says what slows the straggler: use it with inject='straggler'")
         checks.fraction("TrainConfig.inject_share", self.inject_share, open_low=True, open_high=True)
         if self.memory_budget_mb is not None:
             checks.positive("TrainConfig.memory_budget_mb", self.memory_budget_mb)

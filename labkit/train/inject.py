@@ -32,6 +32,8 @@ Taught in chapter 14 (systematic diagnosis) and chapter 2 (the five bottleneck f
 """
 from __future__ import annotations
 
+import time
+
 from labkit.units import MIB
 
 
@@ -114,6 +116,21 @@ def stalls_here(cfg, rank: int, world_size: int) -> bool:
             raise ValueError(f"straggler_rank={slow} is not a rank of this run; use 0..{world_size - 1}")
         return rank == slow
     return False
+
+
+def busy_compute(seconds: float, device) -> int:
+    """Spend ``seconds`` of wall time in 256×256 matrix multiplies (operators a trace sees as compute): the
+    ``straggler_by="compute"`` injection. Returns how many ran. Taught in chapter 9 (the critical path)."""
+    import torch
+
+    a = torch.randn(256, 256, device=device)
+    n, t_end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        a = torch.tanh(a @ a)
+        n += 1
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return n
 
 
 def calibrate(cfg, clean_step, device) -> tuple[float, float, float]:

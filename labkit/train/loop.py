@@ -284,7 +284,10 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
                 probed.update(probe(model, opt, cfg))
             opt.zero_grad(set_to_none=True)
         if stall:
-            time.sleep(stall)       # the host stall: in the step, in no op and no phase
+            if cfg.straggler_by == "compute":
+                inject.busy_compute(stall, device)   # the straggler's extra work: matrix multiplies (ops)
+            else:
+                time.sleep(stall)       # the host stall: in the step, in no op and no phase
         return loss
 
     pad, stall = None, 0.0
@@ -292,6 +295,8 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
         slow, pad_mb, stall_s = inject.calibrate(cfg, step, device)
         facts.update(data_slowdown_s_used=slow, comm_pad_mb_used=pad_mb, host_stall_s_used=stall_s)
         stall = stall_s if inject.stalls_here(cfg, rank, n) else 0.0
+        if stall and cfg.straggler_by == "data":     # the straggler's loader sleeps per sample instead
+            slow, stall = stall / (cfg.micro_batch * cfg.first_accum), 0.0
         if slow:
             batches = _batches(cfg, slow, n, device)
         if pad_mb:

@@ -1,0 +1,420 @@
+"""The cross-rank critical path of each step: which rank set the pace, why, and what it cost the others.
+
+HTA's critical path is one rank's (its ``critical_path_analysis``); stragglers (:mod:`labkit.trace.stragglers`)
+say *who* is late at each collective. This module walks one step **across ranks**: a collective cannot finish
+before its last rank arrives, so the step's end depends, through that collective, on whatever the last rank
+was doing before it arrived. From the end of the step (the rank that finished last) the walk goes back:
+
+1. on the current rank, back to the end of its latest collective that ended before the current time —
+   that stretch is the rank's own work (compute, data loader, host code, idle);
+2. through the collective: the part after its last rank arrived is the transfer itself (communication,
+   or compute where the rank computed under it);
+3. to the collective's last-arriving rank at its arrival time (a *cross-rank join*) — the others' time
+   before it is waiting for a peer, which is off the path;
+4. until the step's start on the rank the walk ends on.
+
+Each stretch of the path is attributed to (rank, cause), causes in :data:`CAUSES`, by what that rank was
+doing, in this priority: ``compute`` (GPU: compute kernels and memory copies; CPU: the main thread inside
+an operator), ``data`` (inside the DataLoader's ``__next__``), ``comm`` (a collective in flight, not hidden
+under compute), then ``host`` (GPU: the device idle until the host launched the next kernel; CPU: the
+main thread outside any operator — Python, a sleep, a stall) and ``idle`` (GPU: the rest).
+
+The **pace-setting rank** of a step is the one that kept the others waiting longest at its collectives (the
+rank holding most of the path outside communication when nobody waited); its **cause** is the
+cause in which it exceeds the other ranks most over the stretch that made it late — from the end of the
+collective before the first one it reached last (the ranks leave a collective together) to its arrival. The others'
+time at those collectives before it arrived is what the slowest rank cost them (``waited_s``);
+:meth:`CriticalPath.lost_to_slowest` sums it by cause over the job.
+
+Clocks: the ranks' timestamps are compared directly, as :mod:`labkit.trace.stragglers` and HTA do — true
+for ranks on one host (one clock) and for hosts kept in step by PTP/NTP to well under a collective's span.
+The n-th collective of a step is matched across ranks; a step whose ranks issued different numbers of
+collectives is walked over the first ones they share (``StepPath.matched`` says how many).
+
+Same function on CPU (gloo: the collectives are the ``gloo:*`` spans of its run-loop threads) and GPU
+(NCCL kernels) traces. Taught in chapter 9 (the critical path of a job with one slow rank) and chapter 14.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import labkit.intervals as iv
+from labkit import checks
+from labkit.trace.breakdown import RankView
+from labkit.trace.runs import read_ranks
+from labkit.trace.stragglers import LATE_MARGIN, binom_tail
+from labkit.units import US
+
+__all__ = ["critical_path", "critical_path_of", "CriticalPath", "StepPath", "CAUSES"]
+
+#: what a stretch of the path is spent on (see the module docstring for the priority)
+CAUSES = ("compute", "data", "comm", "host", "idle")
+_OWN = ("compute", "data", "host", "idle")       # causes a rank can be slow by (not waiting, not transfer)
+
+
+@dataclass
+class StepPath:
+    """One step's critical path (seconds). Taught in chapter 9.
+
+    ``by_rank``: per rank on the path, seconds per cause; ``segments``: (rank, start_s, end_s, cause) from the
+    step's start (time 0 = the start on the rank the walk ended on), in time order; ``waited_s``: per other
+    rank, seconds spent at collectives the pacer reached last, before it arrived; ``excess_s``: per cause,
+    how much longer the pacer took than the median of the other ranks over the same stretches.
+    """
+
+    step: int
+    duration_s: float
+    pacer: int
+    cause: str
+    by_rank: dict[int, dict[str, float]]
+    segments: list[tuple[int, float, float, str]]
+    waited_s: dict[int, float] = field(default_factory=dict)
+    excess_s: dict[str, float] = field(default_factory=dict)
+    matched: int = 0
+    margin: float = LATE_MARGIN["cpu"]
+    held_s: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def others_wait_s(self) -> float:
+        """Median over the other ranks of their wait for the pacer (0 when it reached no collective last)."""
+        return float(np.median(list(self.waited_s.values()))) if self.waited_s else 0.0
+
+    @property
+    def stands_out(self) -> bool:
+        """Whether the pacer kept the others waiting for at least ``margin`` of the step (the stragglers
+        module's :data:`~labkit.trace.stragglers.LATE_MARGIN` of the trace's kind) — otherwise the ranks were
+        in step and which one the path ran through is chance."""
+        return self.duration_s > 0 and self.others_wait_s >= self.margin * self.duration_s
+
+    @property
+    def pacer_share(self) -> float:
+        """Share of the step's path spent on the pacer."""
+        return sum(self.by_rank.get(self.pacer, {}).values()) / self.duration_s if self.duration_s > 0 else 0.0
+
+    def sentence(self) -> str:
+        """The step in one sentence, e.g. "step 412 took 1.9 s; rank 37 set the pace; …"."""
+        mine = self.by_rank.get(self.pacer, {})
+        if not self.stands_out:
+            return (f"step {self.step} took {_fmt(self.duration_s)}; no rank held the others back (they waited "
+                    f"{_fmt(self.others_wait_s)} at most for the path's rank {self.pacer}, under "
+                    f"{self.margin:.0%} of the step); its path is mostly "
+                    f"{_CAUSE_WORDS[max(mine, key=mine.get)] if mine else 'idle'}")
+        s = (f"step {self.step} took {_fmt(self.duration_s)}; rank {self.pacer} set the pace "
+             f"({_fmt(sum(mine.values()))} of the path on it)")
+        if self.cause in mine and self.cause != "comm":
+            s += f"; of that, {_fmt(mine[self.cause])} was {_CAUSE_WORDS[self.cause]}"
+            ex = self.excess_s.get(self.cause, 0.0)
+            if ex > 0:
+                s += f", {_fmt(ex)} more than the other ranks' median"
+        elif self.cause == "comm":
+            s += "; the path is mostly communication (no rank arrived much later than the others)"
+        if self.waited_s:
+            k = len(self.waited_s)
+            s += (f"; the other {k} rank{'s' if k > 1 else ''} waited {_fmt(self.others_wait_s)} (median) "
+                  "at collectives for it")
+        return s
+
+
+_CAUSE_WORDS = {"compute": "compute", "data": "waiting on the data loader", "host": "host code outside any op",
+                "idle": "idle", "comm": "communication"}
+
+
+def _fmt(s: float) -> str:
+    return f"{s:.3g} s" if s >= 1 else f"{s * 1e3:.3g} ms"
+
+
+@dataclass
+class CriticalPath:
+    """Result of :func:`critical_path`: one :class:`StepPath` per step. Taught in chapter 9."""
+
+    kind: str
+    ranks: list[int]
+    steps: list[StepPath]
+    n_collectives: int = 0
+    times_last: dict[int, int] = field(default_factory=dict)
+
+    def table(self):
+        """One row per step: duration, pacer, cause, the pacer's share of the path, the others' median wait."""
+        import pandas as pd
+
+        rows = [{"step": p.step, "duration_s": p.duration_s, "pacer": p.pacer, "cause": p.cause,
+                 "pacer_share": p.pacer_share,
+                 "others_wait_s": p.others_wait_s, "stands_out": p.stands_out,
+                 "matched_collectives": p.matched} for p in self.steps]
+        return pd.DataFrame(rows)
+
+    def lost_to_slowest(self) -> dict[str, float]:
+        """Seconds the other ranks spent waiting for each step's pacer (median over them), summed over the
+        job by the pacer's cause — over the steps where the pacer stood out (:attr:`StepPath.stands_out`).
+        Taught in chapter 9."""
+        out = dict.fromkeys(CAUSES, 0.0)
+        for p in self.steps:
+            if p.stands_out:
+                out[p.cause] += p.others_wait_s
+        return out
+
+    def verdict(self) -> tuple[int | None, str | None]:
+        """(rank, cause) of the job's slowest rank: the rank that kept the others waiting longest over all
+        steps, if that is at least the margin (:attr:`StepPath.margin`) of the job's time and it was last
+        at more collectives than chance would make it (the stragglers table's test); its cause is the
+        one of the steps it set the pace of, weighted by how long it held the others (its largest path
+        cause if it set none). (None, None) when no rank held the others back. Taught in chapter 9."""
+        if not self.steps:
+            return None, None
+        held: dict[int, float] = {}
+        for p in self.steps:
+            for r, h in p.held_s.items():
+                held[r] = held.get(r, 0.0) + h
+        total = sum(p.duration_s for p in self.steps)
+        if not held or max(held.values()) < self.steps[0].margin * total:
+            return None, None
+        rank = max(held, key=held.get)
+        # a slow rank is last again and again; ranks time-sliced on shared cores take turns. The stragglers
+        # table's test: last at more than half the collectives, and more often than chance (binomial, 10 %)
+        n, k = self.n_collectives, self.times_last.get(rank, 0)
+        if not (k > n / 2 and binom_tail(n, k, 1 / len(self.ranks)) < 0.10):
+            return None, None
+        causes: dict[str, float] = {}
+        for p in self.steps:
+            if p.pacer == rank:
+                causes[p.cause] = causes.get(p.cause, 0.0) + p.held_s.get(rank, 0.0)
+        if not causes:
+            mine = {c: sum(p.by_rank.get(rank, {}).get(c, 0.0) for p in self.steps) for c in CAUSES}
+            return rank, max(mine, key=mine.get)
+        return rank, max(causes, key=causes.get)
+
+    def pacers(self) -> dict[int, int]:
+        """How many steps each rank set the pace of."""
+        out: dict[int, int] = {}
+        for p in self.steps:
+            out[p.pacer] = out.get(p.pacer, 0) + 1
+        return dict(sorted(out.items()))
+
+    def summary(self) -> str:
+        """The slowest step in a sentence, who set the pace how often, and the time lost to it by cause."""
+        if not self.steps:
+            return "no steps to walk"
+        worst = max(self.steps, key=lambda p: p.duration_s)
+        lost = {c: v for c, v in self.lost_to_slowest().items() if v > 0}
+        rank, cause = self.verdict()
+        lines = [worst.sentence() + ".",
+                 (f"verdict: rank {rank} held the others back longest, by {_CAUSE_WORDS[cause]}" if rank is not None
+                  else "verdict: no rank held the others back"),
+                 "pace set by rank (steps): " + ", ".join(f"{r}: {n}" for r, n in self.pacers().items()),
+                 "time the others lost waiting for the pacer, by its cause: "
+                 + (", ".join(f"{c} {_fmt(v)}" for c, v in lost.items()) if lost else "none")]
+        return "\n".join(lines)
+
+    def plot(self, ax=None):
+        """Ranks × steps heat map of the seconds each rank holds on each step's path; the path's pacer
+        marked per step and joined by a line. Taught in chapter 9."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(max(4.0, 0.5 * len(self.steps) + 2), max(2.5, 0.35 * len(self.ranks) + 1)))
+        idx = {r: i for i, r in enumerate(self.ranks)}
+        m = np.zeros((len(self.ranks), len(self.steps)))
+        for k, p in enumerate(self.steps):
+            for r, parts in p.by_rank.items():
+                m[idx[r], k] = sum(parts.values()) * 1e3
+        im = ax.imshow(m, aspect="auto", cmap="viridis", origin="lower")
+        ax.plot(range(len(self.steps)), [idx[p.pacer] for p in self.steps], "w-o", lw=1.2, ms=5,
+                label="pace-setting rank")
+        ax.set_xticks(range(len(self.steps)), [str(p.step) for p in self.steps])
+        ax.set_yticks(range(len(self.ranks)), [str(r) for r in self.ranks])
+        ax.set_xlabel("step")
+        ax.set_ylabel("rank")
+        ax.set_title("critical path: ms of each step spent on each rank")
+        ax.figure.colorbar(im, ax=ax, label="ms on the path")
+        ax.legend(loc="upper right", fontsize=8)
+        return ax
+
+
+def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_events=None,
+                  workers=None) -> CriticalPath:
+    """The cross-rank critical path of every step of a folder of per-rank traces (or one trace file).
+
+    Arguments as :func:`labkit.trace.analyze`. ValueError when fewer steps than selected are shared by
+    every rank. Taught in chapter 9.
+    """
+    if steps is not None:
+        if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
+            raise checks.ArgumentTypeError(f"steps={steps!r} must be None or an iterable of step numbers")
+        steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
+    events = read_ranks(path, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events, workers=workers)
+    return critical_path_of([RankView(ev) for ev in events], steps=steps)
+
+
+def critical_path_of(views: list[RankView], *, steps=None) -> CriticalPath:
+    """:func:`critical_path` on already classified ranks (:class:`labkit.trace.breakdown.RankView`)."""
+    if not views:
+        raise ValueError("critical_path: no ranks to walk")
+    ranks = [v.ev.rank for v in views]
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"critical_path: rank numbers repeat across the traces ({sorted(ranks)}); "
+                         "give one trace per rank")
+    wins, colls = {}, {}
+    for v in views:
+        ws = v.windows(steps)
+        wins[v.ev.rank] = {w[0]: w for w in ws}
+        cs = v.collectives(ws) if ws else []
+        starts = np.array([w[1] for w in ws])
+        by_step: dict[int, list[dict]] = {w[0]: [] for w in ws}
+        for c in cs:
+            k = int(np.searchsorted(starts, c["start_us"], side="right")) - 1
+            if k >= 0:
+                by_step[ws[k][0]].append(c)
+        colls[v.ev.rank] = by_step
+    shared = sorted(set.intersection(*(set(w) for w in wins.values())))
+    if not shared:
+        have = {r: sorted(w) for r, w in wins.items()}
+        raise ValueError(f"critical_path: no step is in every rank's trace (steps per rank: {have})")
+    vmap = {v.ev.rank: v for v in views}
+    kind = "gpu" if any(v.kind == "gpu" for v in views) else "cpu"
+    # the n-th collective of a step matched across ranks (the first ones they share where counts differ)
+    per_step = {sid: min(len(colls[r][sid]) for r in ranks) for sid in shared}
+    seq = {r: [c for sid in shared for c in colls[r][sid][:per_step[sid]]] for r in ranks}
+    coll_step = np.array([sid for sid in shared for _ in range(per_step[sid])], dtype=int)
+    bounds = {r: np.array([wins[r][sid][1] for sid in shared]) for r in ranks}
+    first = {r: wins[r][shared[0]][1] for r in ranks}
+    end = {r: wins[r][shared[-1]][2] for r in ranks}
+    return _job_path(shared, ranks, vmap, kind, seq, coll_step, bounds, first, end, per_step)
+
+
+def _job_path(shared, ranks, views, kind, seq, coll_step, bounds, first, end, per_step) -> CriticalPath:
+    """Walk the whole profiled span once (a rank's lateness is often caused at the end of its previous
+    step: a stall after the optimizer delays the next step's first collective), then cut the path into
+    steps at each rank's own step boundaries."""
+    R = len(ranks)
+    n = len(coll_step)
+    A = np.array([[c["start_us"] for c in seq[r]] for r in ranks]).reshape(R, n)
+    E = A + np.array([[c["dur_us"] for c in seq[r]] for r in ranks]).reshape(R, n)
+    L = A.max(axis=0) if n else np.zeros(0)
+    last = A.argmax(axis=0) if n else np.zeros(0, dtype=int)
+    d0 = np.array([first[r] for r in ranks])
+    d1 = np.array([end[r] for r in ranks])
+    i = int(d1.argmax())
+    t = float(d1[i])
+    j = n - 1
+    raw: list[tuple[int, float, float]] = []            # (rank index, t0, t1) stretches, latest first
+    while True:
+        while j >= 0 and E[i, j] > t:
+            j -= 1
+        if j < 0 or E[i, j] <= d0[i]:
+            raw.append((i, float(d0[i]), t))
+            break
+        raw.append((i, float(E[i, j]), t))               # the rank's own work after the collective
+        raw.append((i, float(min(L[j], E[i, j])), float(E[i, j])))   # the transfer after the last arrival
+        i, t = int(last[j]), float(min(L[j], E[i, j]))
+        j -= 1
+    # cut every stretch at its rank's step boundaries and classify the pieces
+    pieces: dict[int, list] = {sid: [] for sid in shared}
+    for ri, a, b in reversed(raw):
+        if b <= a:
+            continue
+        bd = bounds[ranks[ri]]
+        cuts = [a] + [float(x) for x in bd if a < x < b] + [b]
+        for x, y in zip(cuts[:-1], cuts[1:], strict=True):
+            k = max(int(np.searchsorted(bd, x, side="right")) - 1, 0)
+            for cause, (s, e) in _classify(views[ranks[ri]], x, y):
+                pieces[shared[k]].append((ranks[ri], s, e, cause))
+    steps = []
+    for sid in shared:
+        ps = pieces[sid]
+        t0 = min((p[1] for p in ps), default=0.0)
+        by_rank: dict[int, dict[str, float]] = {}
+        for r, s, e, cause in ps:
+            by_rank.setdefault(r, dict.fromkeys(CAUSES, 0.0))[cause] += (e - s) * US
+        duration = sum(sum(p.values()) for p in by_rank.values())
+        held = _held(np.flatnonzero(coll_step == sid), ranks, A, L, last)
+        pacer = _pacer(held, by_rank, ranks)
+        waited, excess = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, views, A, E, L,
+                                   last, d0)
+        if excess and max(excess.values()) > 0:
+            cause = max(excess, key=excess.get)
+        else:                               # nobody arrived late: the largest part of the pacer's path
+            mine = by_rank.get(pacer, {})
+            cause = max(mine, key=mine.get) if mine else "idle"
+        segs = sorted(((r, (s - t0) * US, (e - t0) * US, c) for r, s, e, c in ps), key=lambda x: x[1])
+        steps.append(StepPath(step=int(sid), duration_s=duration, pacer=pacer, cause=cause, by_rank=by_rank,
+                              segments=segs, waited_s=waited, excess_s=excess, matched=per_step[sid],
+                              margin=LATE_MARGIN[kind], held_s=held))
+    lastc = {r: int(((last == i) & (L - A.min(axis=0) > 0)).sum()) for i, r in enumerate(ranks)} if n else {}
+    return CriticalPath(kind=kind, ranks=sorted(ranks), steps=steps, n_collectives=n, times_last=lastc)
+
+
+def _held(in_step, ranks, A, L, last) -> dict[int, float]:
+    """Seconds each rank kept the others waiting at the step's collectives it reached last (per collective,
+    the median over the others of their wait)."""
+    held = dict.fromkeys(ranks, 0.0)
+    for j in in_step.tolist():
+        waits = np.delete(L[j] - A[:, j], last[j])
+        if waits.size:
+            held[ranks[last[j]]] += float(np.median(waits)) * US
+    return held
+
+
+def _pacer(held, by_rank, ranks) -> int:
+    """The rank that held the others longest; with no waits, the rank holding most of the path outside
+    communication."""
+    if max(held.values(), default=0.0) > 0:
+        return max(held, key=held.get)
+    non_comm = {r: sum(v for c, v in p.items() if c != "comm") for r, p in by_rank.items()}
+    return max(non_comm, key=non_comm.get) if non_comm else ranks[0]
+
+
+def _lateness(pi, in_step, ranks, views, A, E, L, last, d0):
+    """The others' waits at the step's collectives the pacer reached last, and the pacer's excess per cause
+    over the stretch that made it late: from the end of the collective before the first one it reached last
+    (every rank leaves a collective together, so they start that stretch in step) to its arrival there.
+    Later collectives inherit the lateness: the others computed their next gradients while they waited,
+    so comparing those stretches would charge the pacer's inherited compute, whatever made it late."""
+    R = len(ranks)
+    waited: dict[int, float] = {}
+    reached_last = [j for j in in_step.tolist() if last[j] == pi]
+    if R < 2 or not reached_last:
+        return waited, {}
+    for j in reached_last:
+        for ri in range(R):
+            if ri != pi:
+                waited[ranks[ri]] = waited.get(ranks[ri], 0.0) + max(L[j] - A[ri, j], 0.0) * US
+    j = reached_last[0]
+    own = np.zeros((R, len(_OWN)))
+    for ri in range(R):
+        a = max(d0[ri], E[ri, j - 1]) if j > 0 else d0[ri]
+        for cause, (s, e) in _classify(views[ranks[ri]], a, A[ri, j]):
+            if cause in _OWN:
+                own[ri, _OWN.index(cause)] += (e - s) * US
+    others = np.median(np.delete(own, pi, axis=0), axis=0)
+    return waited, {c: float(own[pi, k] - others[k]) for k, c in enumerate(_OWN)}
+
+
+def _classify(v: RankView, a: float, b: float):
+    """Split [a, b) µs of rank ``v`` into (cause, (start, end)) pieces by the module's priority."""
+    if b <= a:
+        return []
+    out = []
+    comp = iv.clip(v._comp_u, a, b)
+    if v._mem_u[0].size:                       # memory copies keep the device busy: counted with compute
+        mem = iv.clip(v._mem_u, a, b)
+        comp = iv.union(np.concatenate([comp[0], mem[0]]), np.concatenate([comp[1], mem[1]]))
+    rest = iv.subtract((np.array([a]), np.array([b])), comp)
+    data = iv.intersect(rest, iv.clip(v.dataloader, a, b))
+    rest = iv.subtract(rest, data)
+    comm = iv.intersect(rest, iv.clip(v._comm_u, a, b))
+    rest = iv.subtract(rest, comm)
+    for cause, (s, e) in (("compute", comp), ("data", data), ("comm", comm)):
+        out += [(cause, (float(x), float(y))) for x, y in zip(s.tolist(), e.tolist(), strict=True)]
+    if v.kind == "gpu":             # a gap is host-bound until the host launched the device's next event
+        for x, y in zip(rest[0].tolist(), rest[1].tolist(), strict=True):
+            h = v._host_wait((np.array([x]), np.array([y])))   # µs
+            h = min(max(h, 0.0), y - x)
+            if h > 0:
+                out.append(("host", (x, x + h)))
+            if y - x - h > 0:
+                out.append(("idle", (x + h, y)))
+    else:
+        out += [("host", (float(x), float(y))) for x, y in zip(rest[0].tolist(), rest[1].tolist(), strict=True)]
+    return sorted(out, key=lambda p: p[1][0])

@@ -1,0 +1,115 @@
+"""labkit.trace.critical_path (chapter 9): each step's cross-rank critical path — the pace-setting rank, its
+cause and the others' wait — on SYNTHETIC traces with known answers, the shipped real GPU trace (agreeing
+with the stragglers table), and live gloo jobs on 4 ranks with one rank slowed by host code, compute or its
+data loader. Asserts ranks and causes, never timings."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labkit.trace import analyze
+from labkit.trace.critical_path import CAUSES, critical_path
+from labkit.trace.synthetic import SyntheticSpec, expected, synthesize_traces
+
+
+def _synth(tmp_path, **kw):
+    spec = SyntheticSpec(**kw)
+    synthesize_traces(spec, tmp_path)
+    return spec, critical_path(tmp_path)
+
+
+def test_a_compute_straggler_sets_every_steps_pace_and_the_others_wait_exactly_its_delay(tmp_path):
+    spec, cp = _synth(tmp_path, world_size=4, steps=4, straggler_rank=2, straggler_us=3000.0)
+    assert cp.verdict() == (2, "compute")
+    for p in cp.steps:
+        assert (p.pacer, p.cause, p.stands_out) == (2, "compute", True)
+        assert p.waited_s == pytest.approx({0: 3e-3, 1: 3e-3, 3: 3e-3})
+        assert p.excess_s["compute"] == pytest.approx(3e-3)
+        # the path is contiguous: its pieces add up to the step the straggler's rank lays out
+        assert sum(b - a for _, a, b, _ in p.segments) == pytest.approx(p.duration_s)
+    mid = expected(spec, 2)["steps"]
+    assert cp.steps[0].duration_s == pytest.approx(mid["total"])
+    assert set(cp.steps[0].by_rank[2]) == set(CAUSES)
+    assert cp.lost_to_slowest()["compute"] == pytest.approx(4 * 3e-3)
+    assert "rank 2 set the pace" in cp.steps[0].sentence() and "compute" in cp.summary()
+
+
+def test_ranks_in_step_are_not_called_slow(tmp_path):
+    _, cp = _synth(tmp_path, world_size=4, steps=3)
+    assert cp.verdict() == (None, None)
+    assert not any(p.stands_out for p in cp.steps)
+    assert sum(cp.lost_to_slowest().values()) == 0
+    assert "no rank held the others back" in cp.summary()
+
+
+def test_the_data_loader_and_the_host_gaps_are_on_the_path(tmp_path):
+    _, cp = _synth(tmp_path, world_size=2, steps=3, data_wait=True)
+    p = cp.steps[0]
+    parts = p.by_rank[p.pacer]
+    assert parts["data"] > 0 and parts["compute"] > 0 and parts["comm"] > 0
+
+
+def test_on_hta_s_real_two_of_128_trace_the_slow_rank_agrees_with_the_stragglers_table():
+    from labkit.paths import dataset
+
+    d = dataset("traces", "hta", "trace_filter")
+    flagged = analyze(d).stragglers.query("straggler")["rank"].tolist()
+    rank, _ = critical_path(d).verdict()
+    assert flagged == [rank] == [1]
+
+
+def test_the_shipped_cpu_trace_has_no_slow_rank_as_the_stragglers_table_says():
+    from labkit.paths import dataset
+
+    d = dataset("traces", "cpu_gloo_ddp_tiny")
+    assert analyze(d).stragglers["straggler"].sum() == 0
+    cp = critical_path(d)
+    assert cp.kind == "cpu" and cp.verdict() == (None, None)
+
+
+def test_bad_input_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        critical_path(tmp_path / "nope")
+    spec = SyntheticSpec(world_size=2, steps=2)
+    synthesize_traces(spec, tmp_path / "t")
+    with pytest.raises(ValueError, match="steps"):
+        critical_path(tmp_path / "t", steps=[99])
+    with pytest.raises(TypeError, match="steps="):
+        critical_path(tmp_path / "t", steps="10")
+
+
+def test_cli_prints_the_verdict_as_json_and_draws_the_heat_map(tmp_path, capsys):
+    from labkit.cli import main
+
+    png = tmp_path / "path.png"
+    assert main(["trace", "critical-path", "--example", "synthetic-straggler", "--json", "--plot", str(png)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == {"rank": 1, "cause": "compute"}
+    assert len(doc["steps"]) == 4 and png.stat().st_size > 1000
+    assert main(["trace", "critical-path", "--example", "synthetic-straggler", "--plot", "x.pdf"]) == 2
+
+
+def test_straggler_by_is_checked():
+    from labkit.train import TrainConfig
+
+    with pytest.raises(ValueError, match="straggler_by='disk'"):
+        TrainConfig(inject="straggler", straggler_by="disk")
+    with pytest.raises(ValueError, match="straggler_by='compute'.*inject='straggler'"):
+        TrainConfig(straggler_by="compute")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_live_gloo_jobs_name_the_slow_rank_and_its_cause(tmp_path):
+    """One launch of 4 gloo ranks, three jobs: a rank slowed by host code (a sleep outside any op), by
+    compute (extra matrix multiplies) and by its data loader — each named by the job's verdict."""
+    from labkit.train import TrainConfig, run_many
+
+    fast = dict(model="tiny", seq_len=32, micro_batch=4, steps=8, warmup_steps=2, parallel="ddp")
+    kinds = {"host": 1, "compute": 2, "data": 3}
+    cfgs = [TrainConfig(**fast, inject="straggler", straggler_rank=r, straggler_by=k,
+                        profile_dir=str(tmp_path / k)) for k, r in kinds.items()]
+    run_many(cfgs, 4, timeout_s=360)
+    got = {k: critical_path(tmp_path / k).verdict() for k in kinds}
+    assert got == {k: (r, k) for k, r in kinds.items()}
