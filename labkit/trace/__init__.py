@@ -18,6 +18,8 @@ The face of the trace family; each file is one concept:
   each gradient bucket's all-reduce (launch and run) on a timeline;
 - :mod:`labkit.trace.pipeline` — :func:`pipeline_bubble`: the idle time per compute time of each
   pipeline rank, measured from a pipelined run's traces, beside (p−1)/(v·m) (chapter 24);
+- :mod:`labkit.trace.flight` — :func:`read_dumps`: each rank's PyTorch Flight Recorder dump (torch's pickle,
+  through an allow-listed Unpickler, or JSON), what :func:`labkit.diagnose.hang.diagnose_hang` reads (chapter 27);
 - :mod:`labkit.trace.synthetic` — SYNTHETIC GPU-style traces with known answers
   (:func:`synthesize_traces`, also ``write_traces``).
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 from labkit.trace.analysis import TraceAnalysis, analyze
 from labkit.trace.breakdown import COLUMNS, collective_type
+from labkit.trace.flight import FlightDump, FlightEntry, read_dump, read_dumps
 from labkit.trace.hta import hta_comm_comp_overlap, hta_summary, hta_temporal_breakdown
 from labkit.trace.load import NotATraceError, RankEvents, load, trace_files
 from labkit.trace.pipeline import PipelineBubble, pipeline_bubble
@@ -37,7 +40,7 @@ from labkit.trace.runs import read_ranks
 from labkit.trace.synthetic import SyntheticSpec, synthesize_trace, synthesize_traces
 from labkit.trace.timeline import DDPTimeline, ddp_timeline
 
-__all__ = ["load", "analyze", "TraceAnalysis", "trace_files", "hta_temporal_breakdown",
+__all__ = ["read_dump", "read_dumps", "FlightDump", "FlightEntry", "load", "analyze", "TraceAnalysis", "trace_files", "hta_temporal_breakdown",
            "hta_comm_comp_overlap", "hta_summary", "read_ranks", "RankEvents", "NotATraceError",
            "COLUMNS", "collective_type", "SyntheticSpec", "synthesize_trace", "synthesize_traces",
            "DDPTimeline", "ddp_timeline", "pipeline_bubble", "PipelineBubble"]
