@@ -19,14 +19,15 @@ TARGET = "labkit.diagnose.hang_workloads:hang_job"
 
 
 # ----------------------------------------------------------------------------- live gloo hangs
-def _live(tmp_path, kind: str, env: dict | None = None):
+def _live(tmp_path, kind: str, env: dict | None = None, *, collective_timeout_s=3.0, launch_timeout_s=150):
     """Launch the seeded job on 4 gloo ranks (rank 2 goes wrong at step 3); its dumps, diagnosed."""
     folder = tmp_path / "fr"
     t0 = time.monotonic()
     err = None
     try:
-        launch(TARGET, 4, kwargs={"kind": kind, "rank": 2, "step": 3, "timeout_s": 3.0}, backend="gloo",
-               timeout_s=150, stream=False, log_dir=False, flight_recorder=folder, env=env)
+        launch(TARGET, 4, kwargs={"kind": kind, "rank": 2, "step": 3, "timeout_s": collective_timeout_s},
+               backend="gloo", timeout_s=launch_timeout_s, stream=False, log_dir=False, flight_recorder=folder,
+               env=env)
     except LaunchError as e:
         err = e
     print(f"{kind}: launch + dumps {time.monotonic() - t0:.1f} s")
@@ -35,20 +36,33 @@ def _live(tmp_path, kind: str, env: dict | None = None):
     return dg, err, folder
 
 
-@pytest.mark.parametrize("kind", ["loader", "exit"])
-def test_live_rank_that_never_reaches_the_collective(tmp_path, kind):
-    # "loader": rank 2 sleeps in its data loader; "exit": rank 2 leaves (sys.exit) — both before the
-    # 3rd all-reduce; the others issued it and time out in it
-    env = {"LABKIT_FR_FORMAT": "json"} if kind == "loader" else None     # torch's JSON dump, live
-    dg, err, folder = _live(tmp_path, kind, env)
-    assert err is not None and "Flight Recorder dumps of rank(s) [0, 1, 2, 3]" in str(err)
-    assert sorted(os.listdir(folder)) == [f"nccl_trace_rank_{r}{'.json' if env else ''}" for r in range(4)]
-    assert {d.format for d in read_dumps(folder)[0]} == {"json" if env else "pickle"}
+def _not_reached_by_rank_2(dg):
     assert dg.hung and dg.kind == "not_reached"
     assert (dg.culprits, dg.seq, dg.op, dg.group_desc) == ([2], 3, "all_reduce", "hang_demo")
     assert dg.input_sizes == ((256,),) and dg.dtypes == ("Float",)
     assert dg.findings[0].waiting == [0, 1, 3] and dg.last_seq["hang_demo"][2] == 2
     assert "rank 2 did not reach collective #3" in dg.explain()
+
+
+def test_live_rank_that_exits(tmp_path):
+    # rank 2 leaves (sys.exit) before the 3rd all-reduce; the others issued it; the launcher sees rank 2
+    # fail and asks the others for their records while they wait in #3
+    dg, err, folder = _live(tmp_path, "exit")
+    assert err is not None and err.rank == 2 and "Flight Recorder dumps of rank(s) [0, 1, 2, 3]" in str(err)
+    assert sorted(os.listdir(folder)) == [f"nccl_trace_rank_{r}" for r in range(4)]
+    _not_reached_by_rank_2(dg)
+
+
+def test_live_loader_stall_dumped_on_the_watchdog_timeout(tmp_path):
+    # rank 2's data loader sleeps before the 3rd all-reduce; the collective timeout is far away (120 s),
+    # so only the launcher's watchdog (25 s) ends the job: every rank dumps from its dump thread — ranks
+    # 0, 1, 3 while blocked inside the all-reduce — in torch's JSON format
+    dg, err, folder = _live(tmp_path, "loader", {"LABKIT_FR_FORMAT": "json"}, collective_timeout_s=120,
+                            launch_timeout_s=25)
+    assert err is not None and err.timed_out and "Flight Recorder dumps of rank(s) [0, 1, 2, 3]" in str(err)
+    assert sorted(os.listdir(folder)) == [f"nccl_trace_rank_{r}.json" for r in range(4)]
+    assert {d.format for d in read_dumps(folder)[0]} == {"json"}
+    _not_reached_by_rank_2(dg)
 
 
 def test_live_rank_that_skips_an_all_reduce(tmp_path):
