@@ -142,6 +142,21 @@ def test_order_desync_dtype_mismatch_and_no_majority(tmp_path):
     assert dg.kind == "size" and dg.culprits == [0, 1, 2, 3]     # 2 against 2: no side is blamed alone
 
 
+def test_a_rank_stalled_before_a_groups_first_collective_and_groups_sharing_a_description(tmp_path):
+    # gloo's dumps list no group members: rank 3 recorded nothing on 'hang_demo' while the others sit in
+    # its #1 — rank 3 is taken as a member that never reached it
+    g = ("1", "hang_demo")
+    d = _write(tmp_path / "first", {0: [_entry(1), _entry(1, pg=g, rid=5)], 1: [_entry(1), _entry(1, pg=g, rid=5)],
+                                    2: [_entry(1), _entry(1, pg=g, rid=5)], 3: [_entry(1)]})
+    dg = diagnose_hang(d)
+    assert (dg.kind, dg.culprits, dg.seq, dg.group_desc) == ("not_reached", [3], 1, "hang_demo")
+    assert "recorded nothing on this group" in dg.explain()
+    # two TP-style groups without a description: ranks 0, 1 on group 1 and ranks 2, 3 on group 2 — clean
+    und = {r: [_entry(1), _entry(1, pg=("1" if r < 2 else "2", "undefined"), rid=7)] for r in range(4)}
+    dg = diagnose_hang(_write(tmp_path / "tp", und))
+    assert not dg.hung and set(dg.last_seq) == {"default_pg", "undefined 1", "undefined 2"}
+
+
 def test_ring_buffer_that_dropped_early_entries_and_json_agree(tmp_path):
     # rank 0 kept only #5..#9 (a small buffer), the others #1..#9; rank 3 stopped at #7
     per = {0: [_entry(s) for s in range(5, 10)], 1: [_entry(s) for s in range(1, 10)],

@@ -19,7 +19,7 @@ process group (torch's analyser ``torch.distributed.flight_recorder`` matches th
 
 A dump missing for a rank (it died by a signal, its host went away) is named; its collectives are
 unknown, so it is neither blamed nor cleared. A job whose groups all agree on every collective is not
-hung. The odd ranks are the *minority*: with no majority (2 against 2) both sides are named.
+hung. Point-to-point ops (send/recv, numbered by ``p2p_seq_id``) are not matched. The odd ranks are the *minority*: with no majority (2 against 2) both sides are named.
 
 Taught in chapter 27 (hang diagnosis from Flight Recorder dumps).
 """
@@ -39,8 +39,8 @@ KINDS = ("not_reached", "ran_ahead", "op", "size", "dtype", "order", "no_dump")
 class GroupFinding:
     """What went wrong on one process group. Taught in chapter 27."""
 
-    group: str
-    group_desc: str
+    group: str                         # the process group's name ("0": the default group)
+    group_desc: str                    # its description (with its name when descriptions repeat)
     kind: str                          # one of KINDS
     seq: int                           # the collective's number in the group
     op: str                            # what the majority (or the ranks that reached it) issued there
@@ -71,7 +71,7 @@ class HangDiagnosis:
     group: str | None = None
     group_desc: str | None = None
     findings: list[GroupFinding] = field(default_factory=list)
-    last_seq: dict = field(default_factory=dict)     # group desc → {rank: last collective number}
+    last_seq: dict = field(default_factory=dict)     # group description → {rank: its last collective number}
     paragraph: str = ""
 
     def explain(self) -> str:
@@ -102,19 +102,36 @@ def _ranks(rs) -> str:
     return (f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs[:-1])) + f" and {rs[-1]}")
 
 
-def _members(dumps: list[FlightDump], group: str, desc: str, world: int) -> set[int]:
-    """The group's ranks: the default group is the world; another group's are those that recorded
-    anything on it, or every rank when pg_config lists them (it is empty on gloo in torch 2.13)."""
+def _members(dumps: list[FlightDump], group: str, desc: str, world: int) -> tuple[set[int], set[int]]:
+    """The group's ranks, and those of them assumed. The default group is the world; another group's are
+    the ranks pg_config lists (it lists none on gloo in torch 2.13), else those that recorded anything on
+    it — plus, when every one of those sits in the group's last collective (its latest entry), each
+    dumped rank that recorded nothing on any group of that description: a rank that stalled before the
+    group's first collective (assumed; a rank outside a one-off group is the other reading)."""
     if group == "0" or desc == "default_pg":
-        return set(range(world))
+        return set(range(world)), set()
     for d in dumps:
         cfg = d.pg_config.get(group)
         if isinstance(cfg, dict) and isinstance(cfg.get("ranks"), str) and cfg["ranks"].strip("[] "):
             try:
-                return {int(x) for x in cfg["ranks"].strip("[]").split(",")}
+                return {int(x) for x in cfg["ranks"].strip("[]").split(",")}, set()
             except ValueError:
                 pass
-    return {d.rank for d in dumps if any(e.group == group and not e.is_p2p for e in d.entries)}
+    on = {d.rank for d in dumps if any(e.group == group and not e.is_p2p for e in d.entries)}
+    sitting = all(d.entries and d.entries[-1].group == group for d in dumps if d.rank in on)
+    assumed = {d.rank for d in dumps if d.rank not in on and not any(
+        e.group_desc == desc and not e.is_p2p for e in d.entries)} if sitting else set()
+    return on | assumed, assumed
+
+
+def _labels(dumps: list[FlightDump]) -> dict[str, str]:
+    """Group name → how the diagnosis names it: its description, with the name when descriptions repeat."""
+    pairs = {(e.group, e.group_desc) for d in dumps for e in d.entries if not e.is_p2p}
+    count: dict[str, int] = {}
+    for _, desc in pairs:
+        count[desc] = count.get(desc, 0) + 1
+    return {g: desc if count[desc] == 1 and desc not in ("", "undefined") else f"{desc or 'group'} {g}"
+            for g, desc in pairs}
 
 
 def _mismatch(group, desc, seq, at: dict[int, FlightEntry], table: dict[int, dict[int, FlightEntry]]):
@@ -145,26 +162,29 @@ def _mismatch(group, desc, seq, at: dict[int, FlightEntry], table: dict[int, dic
                           "dtypes": at[rs[0]].input_dtypes, "ranks": rs} for _, rs in ordered], detail)
 
 
-def _group_finding(dumps: list[FlightDump], group: str, desc: str, world: int, last: dict):
-    members = _members(dumps, group, desc, world)
+def _group_finding(dumps: list[FlightDump], group: str, desc: str, world: int, last: dict, label: str):
+    members, assumed = _members(dumps, group, desc, world)
     dumped = {d.rank for d in dumps} & members
     table = {d.rank: {e.seq: e for e in d.entries if e.group == group and not e.is_p2p}
              for d in dumps if d.rank in dumped}
-    last[desc] = {r: max(t, default=0) for r, t in table.items()}
+    last[label] = {r: max(t, default=0) for r, t in table.items()}
     start = max((min(t) for t in table.values() if t), default=1)   # the ring buffer may have dropped early ones
-    top = max(last[desc].values(), default=0)
+    top = max(last[label].values(), default=0)
     for seq in range(start, top + 1):
         at = {r: t[seq] for r, t in table.items() if seq in t}
         if len({_sig(e) for e in at.values()}) > 1:
-            return _mismatch(group, desc, seq, at, table)
+            return _mismatch(group, label, seq, at, table)
         if len(at) < len(dumped):
             missing = sorted(dumped - set(at))
             reached = sorted(at)
             ref = at[reached[0]]
             ahead = len(reached) < len(missing)
-            return GroupFinding(group, desc, "ran_ahead" if ahead else "not_reached", seq, ref.op, ref.input_sizes,
+            note = (f" ({_ranks(assumed)} recorded nothing on this group: taken as "
+                    f"{_verb(assumed, 'a member that never reached', 'members that never reached')} its first "
+                    "collective, since the dumps do not list the group's ranks)") if set(missing) & assumed else ""
+            return GroupFinding(group, label, "ran_ahead" if ahead else "not_reached", seq, ref.op, ref.input_sizes,
                                 ref.input_dtypes, reached if ahead else missing, reached, missing,
-                                detail=ref.call_site or "")
+                                detail=(f" They issued it at {ref.call_site}." if ref.call_site else "") + note)
     return None
 
 
@@ -199,14 +219,10 @@ def _paragraph(dg: HangDiagnosis, dumps: list[FlightDump]) -> str:
         return (f"Not shown hung: the {n} dumps agree on every collective, but {_ranks(dg.missing_dumps)} left "
                 f"no dump (it died before it could write one, or its dump was lost) — if the job hung, the others "
                 f"wait for {_ranks(dg.missing_dumps)}: "
-                + "; ".join(f"{_gname(g, d)}: last collective #{max(dg.last_seq[d].values(), default=0)} on "
-                            f"{_ranks(dg.last_seq[d])}" for g, d in sorted({(e.group, e.group_desc) for x in dumps
-                                                                            for e in x.entries if not e.is_p2p}))
-                + ".")
+                + "; ".join(f"'{k}': last collective #{max(v.values(), default=0)} on {_ranks(v)}"
+                            for k, v in dg.last_seq.items()) + ".")
     if not dg.hung:
-        groups = ", ".join(f"{_gname(g, d)} #{max(v.values(), default=0)}" for (g, d), v in
-                           ((k, dg.last_seq[k[1]]) for k in sorted({(e.group, e.group_desc) for x in dumps
-                                                                     for e in x.entries if not e.is_p2p})))
+        groups = ", ".join(f"'{k}' #{max(v.values(), default=0)}" for k, v in dg.last_seq.items())
         return (f"Not hung: the {n} rank dumps agree on every collective of every process group (each rank's "
                 f"last: {groups or 'none recorded'}) — no rank is missing from a collective and none disagree "
                 f"on op, size or dtype.{lost}")
@@ -229,7 +245,7 @@ def _paragraph(dg: HangDiagnosis, dumps: list[FlightDump]) -> str:
              f"The odd one{'s' if len(f.culprits) > 1 else ''}: {_ranks(f.culprits)}"
              + (f" — {f.detail}" if f.detail else "") + ".")
     if f.kind == "not_reached" and f.detail:
-        s += f" They issued it at {f.detail}."
+        s += f.detail
     for o in dg.findings[1:]:
         og = _gname(o.group, o.group_desc)
         if o.kind in ("not_reached", "ran_ahead"):
@@ -264,7 +280,8 @@ def diagnose_hang(source: str | os.PathLike | list[FlightDump], *, world_size: i
                        missing_dumps=sorted(set(range(world)) - set(ranks)))
     groups = sorted({(e.group, e.group_desc) for d in dumps for e in d.entries if not e.is_p2p},
                     key=lambda gd: (gd[0] != "0", gd[0]))
-    findings = [f for g, desc in groups if (f := _group_finding(dumps, g, desc, world, dg.last_seq))]
+    labels = _labels(dumps)
+    findings = [f for g, desc in groups if (f := _group_finding(dumps, g, desc, world, dg.last_seq, labels[g]))]
     if findings:
         first = _primary(findings, dumps)
         dg.findings = [first] + [f for f in findings if f is not first]
