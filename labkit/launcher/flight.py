@@ -58,14 +58,14 @@ def dump_flight_record(rank: int, folder: str | os.PathLike) -> Path | None:
 
 
 def dump_if_armed(rank: int) -> None:
-    """Dump when this rank runs under ``launch(flight_recorder=...)``; otherwise nothing."""
+    """Dump when this rank runs under ``launch(flight_recorder=...)``; otherwise nothing. Chapter 27."""
     if os.environ.get(FR_DIR_ENV):
         dump_flight_record(rank, os.environ[FR_DIR_ENV])
 
 
 def arm(run_dir: Path, rank: int) -> None:
     """A daemon thread that dumps this rank's record when the launcher asks (a hang or a peer's failure):
-    it works while the main thread is blocked inside a collective (gloo's wait releases the GIL)."""
+    it works while the main thread is blocked inside a collective (gloo's wait releases the GIL). Chapter 27."""
     folder = os.environ.get(FR_DIR_ENV)
     if not folder:
         return
@@ -82,7 +82,7 @@ def arm(run_dir: Path, rank: int) -> None:
 # ----------------------------------------------------------------------------- launcher side
 def check_folder(folder) -> Path | None:
     """The dumps' folder: created if missing; one already holding dumps is refused (a new launch must not
-    overwrite the records of an earlier hang)."""
+    overwrite the records of an earlier hang). Chapter 27."""
     if folder is None:
         return None
     if not isinstance(folder, str | os.PathLike) or not os.fspath(folder).strip():
@@ -103,7 +103,7 @@ def check_folder(folder) -> Path | None:
 
 
 def rank_env(env: dict, folder: Path) -> None:
-    """Arm the recorder in a rank's environment (``TORCH_FR_BUFFER_SIZE`` unless already set)."""
+    """Arm the recorder in a rank's environment (``TORCH_FR_BUFFER_SIZE`` unless already set). Chapter 27."""
     env.setdefault("TORCH_FR_BUFFER_SIZE", str(FR_BUFFER_DEFAULT))
     env["TORCH_FR_DUMP_TEMP_FILE"] = str(folder / FR_FILE_PREFIX)     # torch's own writer (NCCL) too
     env[FR_DIR_ENV] = str(folder)
@@ -111,7 +111,7 @@ def rank_env(env: dict, folder: Path) -> None:
 
 def request_dumps(job, folder: Path, wait_s: float = FR_WAIT_S) -> str:
     """Ask every live rank of ``job`` for its record (its dump thread watches for the request file), wait
-    until each rank has dumped or exited, or ``wait_s``; a note saying which dumps are there."""
+    until each rank has dumped or exited, or ``wait_s``; a note saying which dumps are there. Chapter 27."""
     def dumped(rank: int) -> bool:
         return any((folder / f"{FR_FILE_PREFIX}{rank}{suffix}").exists() for suffix in ("", ".json"))
 
