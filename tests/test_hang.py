@@ -201,6 +201,8 @@ def test_bad_folders_and_files_each_one_clear_error(tmp_path):
     (other / "nccl_trace_rank_1.json").write_text(json.dumps({"entries": [{"x": 1}], "version": "2.10"}))
     with pytest.raises(ValueError, match="entry 0 is not a Flight Recorder entry"):
         diagnose_hang(other)
+    with pytest.raises(TypeError, match="needs a folder of Flight Recorder dumps"):
+        diagnose_hang(42)
     with pytest.raises(ValueError, match="world_size=2 is not valid"):
         diagnose_hang(_write(tmp_path / "w", {0: [], 3: []}), world_size=2)
 
@@ -242,3 +244,12 @@ def test_cli_diagnose_hang(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["diagnose", "--hang", str(d), "--inject", "data"]) == 2
     assert main(["diagnose", "--world-size", "4"]) == 2
+
+
+def test_hang_job_refuses_bad_arguments_before_touching_torch_distributed():
+    from labkit.diagnose.hang_workloads import hang_job
+
+    with pytest.raises(ValueError, match="kind='stall' is not a hang kind"):
+        hang_job(kind="stall")
+    with pytest.raises(ValueError, match="timeout_s"):
+        hang_job(kind="skip", timeout_s=0)

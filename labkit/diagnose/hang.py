@@ -264,7 +264,13 @@ def diagnose_hang(source: str | os.PathLike | list[FlightDump], *, world_size: i
     or dumps already read. ``world_size``: the job's ranks, when dumps may be missing for the highest ones
     (default: the highest rank with a dump + 1, or the ranks a dump's pg_config lists).
     Returns :class:`HangDiagnosis` (``.explain()`` is the paragraph). Taught in chapter 27."""
-    dumps = read_dumps(source)[0] if isinstance(source, str | os.PathLike) else list(source)
+    if isinstance(source, str | os.PathLike):
+        dumps = read_dumps(source)[0]
+    elif isinstance(source, list | tuple):
+        dumps = list(source)
+    else:
+        raise TypeError(f"diagnose_hang needs a folder of Flight Recorder dumps or a list of FlightDump, got "
+                        f"{type(source).__name__} {source!r:.60}")
     if not dumps or not all(isinstance(d, FlightDump) for d in dumps):
         raise TypeError("diagnose_hang needs a folder of Flight Recorder dumps or a non-empty list of FlightDump")
     listed = [int(x) for d in dumps for c in d.pg_config.values() if isinstance(c, dict)

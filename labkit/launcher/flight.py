@@ -48,7 +48,8 @@ def dump_flight_record(rank: int, folder: str | os.PathLike) -> Path | None:
             # wall time on 2 loaded cores, measured): only when asked (LABKIT_FR_STACKS=1)
             data, suffix = _dump_fr_trace(includeStackTraces=os.environ.get(FR_STACKS_ENV, "") == "1"), ""
         path = Path(folder) / f"{FR_FILE_PREFIX}{rank}{suffix}"
-        tmp = path.with_name(f".{path.name}.tmp")
+        tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")   # the dump thread and a failing
+        # main thread may both write
         tmp.write_bytes(data)
         os.replace(tmp, path)                  # a reader never sees half a dump
         return path
