@@ -234,9 +234,13 @@ def test_launch_refuses_a_folder_holding_earlier_dumps_before_starting(tmp_path)
 def test_cli_diagnose_hang(tmp_path, capsys):
     from labkit.cli import main
 
-    d = _write(tmp_path / "d", {r: [_entry(1), _entry(2)] if r != 1 else [_entry(1)] for r in range(4)})
+    framed = dict(_entry(2), frames=[{"name": "all_reduce", "filename": "/x/torch/distributed/c10d.py", "line": 9},
+                                     {"name": "train_step", "filename": "/home/me/train.py", "line": 42}])
+    d = _write(tmp_path / "d", {r: [_entry(1), framed] if r != 1 else [_entry(1)] for r in range(4)})
     assert main(["diagnose", "--hang", str(d)]) == 0
-    assert "rank 1 did not reach collective #2 on process group 'default_pg'" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "rank 1 did not reach collective #2 on process group 'default_pg'" in out
+    assert "They issued it at /home/me/train.py:42 in train_step." in out     # the first frame outside torch
     assert main(["diagnose", "--hang", str(d), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["hung"] and doc["culprits"] == [1] and doc["seq"] == 2
