@@ -62,6 +62,7 @@ INPUTS = {
     "trace hta": (".json", lambda p, t: ["trace", "hta", str(p)], set()),
     "diagnose --record": (".json", lambda p, t: ["diagnose", "--record", str(p)], set()),
     "diagnose --trace": (".json", lambda p, t: ["diagnose", "--trace", str(p)], set()),
+    "diagnose --hang": (".json", lambda p, t: ["diagnose", "--hang", str(p)], set()),
     "regress save --samples": (".json", lambda p, t: ["regress", "save", "b", "--samples", str(p),
                                                       "--store", str(t / "store")], set()),
     "regress check --samples": (".json", lambda p, t: ["regress", "check", "b", "--samples", str(p),
@@ -274,7 +275,7 @@ def _path_arguments():
 
 
 COVERED = {("comm parse", "FILE"), ("comm env", "FILE"), ("trace analyze", "PATH"), ("trace hta", "PATH"),
-           ("diagnose", "--record"), ("diagnose", "--trace"), ("regress save", "--samples"),
+           ("diagnose", "--record"), ("diagnose", "--trace"), ("diagnose", "--hang"), ("regress save", "--samples"),
            ("regress check", "--samples"), ("regress save", "--store"), ("regress check", "--store"),
            ("regress monitor", "HISTORY"),
            ("release", "LAB"), ("grade", "LAB"), ("launch", "TARGET"),
@@ -291,6 +292,8 @@ NOT_COVERED = {
     ("run", "--fail-at-step"): "a step number, not a path (its name matched): checked by TrainConfig "
                                "(tests/test_checkpoint.py)",
     ("run", "--profile-dir"): "an output folder, written during training",
+    ("run", "--flight-recorder"): "an output folder for the ranks' Flight Recorder dumps, created by the launcher; "
+                                  "one already holding dumps is refused (tests/test_hang.py)",
     ("launch", "--log-dir"): "an output folder, created by the launcher",
     ("launch", "ARGS"): "strings passed to the target, not paths labkit reads",
     ("comm parse", "--op"): "a collective's name",

@@ -6,12 +6,18 @@ Examples::
     labkit diagnose --inject data                 # a known bottleneck, injected (labkit.diagnose.workloads)
     labkit diagnose --record run.json --trace traces/ --json
     labkit diagnose --trace traces/ --tokens-per-step 524288 --flops-per-token 7.5e8 --peak-tflops 989
+    labkit diagnose --hang fr_dumps/                # which rank a hung job waits for (Flight Recorder dumps)
 
 ``--inject data|compute|comm|memory`` runs the reference trainer with that bottleneck injected
 (:mod:`labkit.diagnose.workloads`, :mod:`labkit.train.inject`); without it the default workload is
 :func:`labkit.train.run` with a profiler trace per rank.
 
-Taught in chapter 14 (systematic diagnosis).
+``--hang DIR`` reads the ranks' PyTorch Flight Recorder dumps (torch's pickle or JSON, e.g. written by
+``labkit.launch(..., flight_recorder=DIR)`` or ``labkit run --flight-recorder DIR``) and names the rank(s)
+the job waits for, the collective (number, op, sizes, dtype, process group) and any mismatch between
+ranks (:mod:`labkit.diagnose.hang`).
+
+Taught in chapter 14 (systematic diagnosis) and chapter 27 (hang diagnosis).
 """
 from __future__ import annotations
 
@@ -25,6 +31,10 @@ def register(subparsers) -> None:
                                           "exposed communication, data wait, memory, scheduling.")
     p.add_argument("--record", help="a saved RunRecord JSON (skip running a workload)")
     p.add_argument("--trace", help="a trace file or folder of the same run")
+    p.add_argument("--hang", metavar="DIR", help="a folder of per-rank Flight Recorder dumps: which rank a hung "
+                   "job waits for, in which collective (chapter 27)")
+    p.add_argument("--world-size", type=int, default=None,
+                   help="with --hang: the job's ranks, when the highest ranks may have left no dump")
     p.add_argument("--inject", choices=["data", "compute", "comm", "memory"],
                    help="run the tiny workload with this bottleneck injected")
     p.add_argument("--nprocs", type=int, default=2, help="ranks for the workload (default 2)")
@@ -54,7 +64,26 @@ def read_record(path):
         return RunRecord.from_dict(doc)
 
 
+def _hang(args) -> int:
+    import json
+
+    from labkit.diagnose.hang import diagnose_hang
+
+    others = [f"--{o.replace('_', '-')}" for o in ("record", "trace", "inject", "out") if getattr(args, o)]
+    if others:
+        raise ValueError(f"--hang {args.hang} reads Flight Recorder dumps; it cannot be combined with {', '.join(others)}")
+    if not args.hang.strip():
+        raise ValueError("--hang '' is not valid: name the folder the ranks' Flight Recorder dumps are in")
+    d = diagnose_hang(args.hang, world_size=args.world_size)
+    print(json.dumps(d.to_dict(), indent=1, default=list) if args.json else d.explain())
+    return 0
+
+
 def _run(args) -> int:
+    if args.hang is not None:
+        return _hang(args)
+    if args.world_size is not None:
+        raise ValueError(f"--world-size {args.world_size} describes the job of --hang DIR; give --hang too")
     from labkit.cli._io import naming
     from labkit.diagnose import diagnose
     from labkit.record import RunRecord

@@ -88,6 +88,9 @@ def register(subparsers) -> None:
                     help="inject a failure: --fail-rank exits at the start of this step, once (marker file)")
     ck.add_argument("--fail-rank", type=int, default=0)
     p.add_argument("--timeout", type=float, default=600, help="seconds before the ranks are stopped")
+    ck.add_argument("--flight-recorder", metavar="DIR", default=None,
+                    help="arm PyTorch's Flight Recorder: every rank's record of its collectives is dumped into DIR "
+                         "when the run ends, fails or times out (read with labkit diagnose --hang DIR)")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
     p.add_argument("--save", default=None, help="also save the record (JSON) to this path; under torchrun a "
                    "path with {rank} saves every rank's record")
@@ -135,6 +138,10 @@ def handle(args) -> int:
                       checkpoint_mode=args.checkpoint_mode, resume_from=args.resume_from,
                       fail_at_step=args.fail_at_step, fail_rank=args.fail_rank,
                       **({"accum_cap": args.accum_cap} if accum == "adaptive" else {}))
+    if args.flight_recorder is not None and under_torchrun:
+        raise ValueError(f"--flight-recorder {args.flight_recorder} arms the ranks labkit run launches; under torchrun "
+                         "set TORCH_FR_BUFFER_SIZE=2000 and TORCH_FR_DUMP_TEMP_FILE=<dir>/nccl_trace_rank_ in the job's "
+                         "environment instead")
     if cfg.cuda_graphs:            # refuse before launching ranks (chapter 17)
         from labkit.hardware.measure import resolve_device
         from labkit.train.graphs import require_cuda
@@ -150,7 +157,7 @@ def handle(args) -> int:
         if int(os.environ.get("RANK", "0")) != 0:
             return 0
     else:
-        record = run(cfg, nprocs, timeout_s=args.timeout)
+        record = run(cfg, nprocs, timeout_s=args.timeout, flight_recorder=args.flight_recorder)
     if args.save and not (under_torchrun and "{rank}" in args.save):
         record.save(args.save.replace("{rank}", "0"))
     if args.json:

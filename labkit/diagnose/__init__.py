@@ -46,14 +46,17 @@ removes that wait, so it competes on its score like compute.
 Taught in chapter 14 (systematic diagnosis) and chapter 2 (the method: metrics first).
 
 Files: :mod:`~labkit.diagnose.verdict` (:class:`Thresholds`, :class:`Finding`, :class:`Diagnosis`),
-:mod:`~labkit.diagnose.rules` (one rule per family and :func:`diagnose`), and
+:mod:`~labkit.diagnose.rules` (one rule per family and :func:`diagnose`), :mod:`~labkit.diagnose.hang`
+(:func:`diagnose_hang`: which rank a hung job waits for, from Flight Recorder dumps; chapter 27),
+:mod:`~labkit.diagnose.hang_workloads` (seeded live hangs), and
 :mod:`~labkit.diagnose.workloads` (workloads with a bottleneck injected, to check the diagnosis).
 """
 from __future__ import annotations
 
+from labkit.diagnose.hang import HangDiagnosis, diagnose_hang
 from labkit.diagnose.rules import diagnose
 from labkit.diagnose.verdict import FAMILIES, Diagnosis, Finding, Thresholds
 from labkit.diagnose.workloads import run_workload, run_workloads, workload
 
-__all__ = ["diagnose", "Diagnosis", "Finding", "Thresholds", "FAMILIES", "workload", "run_workload",
+__all__ = ["diagnose_hang", "HangDiagnosis", "diagnose", "Diagnosis", "Finding", "Thresholds", "FAMILIES", "workload", "run_workload",
            "run_workloads"]

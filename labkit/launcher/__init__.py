@@ -47,6 +47,8 @@ Files: :mod:`~labkit.launcher.parent` (:func:`launch`: target, backend, environm
 :mod:`~labkit.launcher.supervise` (the running ranks: streaming, failure, hang and teardown),
 :mod:`~labkit.launcher.sweep` (finding and killing every process carrying a launch's marker),
 :mod:`~labkit.launcher.results` (:class:`LaunchResult`, :class:`RankResult`, :class:`LaunchError`),
+:mod:`~labkit.launcher.flight` (``flight_recorder=DIR``: PyTorch's Flight Recorder armed in every rank,
+each rank's record dumped into DIR when it ends, fails, or the launch hangs — chapter 27),
 :mod:`~labkit.launcher.worker` (the rank side: :func:`init_distributed`, :func:`whoami`,
 :func:`shutdown_distributed`), :mod:`~labkit.launcher.magic` (the ``%%launch`` cell magic), and
 ``__main__`` (what ``python -m labkit.launcher`` runs in each rank).

@@ -22,6 +22,8 @@ import time
 import traceback
 from pathlib import Path
 
+from labkit.launcher import flight
+
 __all__ = ["init_distributed", "whoami", "shutdown_distributed"]
 
 
@@ -142,6 +144,7 @@ def _worker_main(argv: list[str]) -> int:
     stack_file.flush()
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     faulthandler.enable(file=sys.stderr)
+    flight.arm(run_dir, rank)
     ok = False
     try:
         with open(run_dir / "spec.pkl", "rb") as f:
@@ -177,9 +180,11 @@ def _worker_main(argv: list[str]) -> int:
                             f"to send it back to the launcher ({type(e).__name__}: {e}); return plain "
                             "Python data, tensors or objects of importable classes") from e
         os.replace(tmp, run_dir / f"rank{rank}.result")
+        flight.dump_if_armed(rank)          # a finished rank's record too: the baseline of a clean job
         ok = True
     except BaseException:  # noqa: BLE001 - report everything, including SystemExit(1) / KeyboardInterrupt
         text = traceback.format_exc()
+        flight.dump_if_armed(rank)          # the failing rank's own record, before it is gone
         (run_dir / f"rank{rank}.error").write_text(text)
         sys.stderr.write(text)
     finally:

@@ -20,6 +20,8 @@ The face of the trace family; each file is one concept:
   pipeline rank, measured from a pipelined run's traces, beside (p−1)/(v·m) (chapter 24);
 - :mod:`labkit.trace.critical_path` — :func:`critical_path`: each step's cross-rank critical path — the rank
   that set the pace, why (compute, data loader, host, communication), and how long the others waited for it;
+- :mod:`labkit.trace.flight` — :func:`read_dumps`: each rank's PyTorch Flight Recorder dump (torch's pickle,
+  through an allow-listed Unpickler, or JSON), what :func:`labkit.diagnose.hang.diagnose_hang` reads (chapter 27);
 - :mod:`labkit.trace.synthetic` — SYNTHETIC GPU-style traces with known answers
   (:func:`synthesize_traces`, also ``write_traces``).
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 from labkit.trace.analysis import TraceAnalysis, analyze
 from labkit.trace.breakdown import COLUMNS, collective_type
 from labkit.trace.critical_path import CriticalPath, StepPath, critical_path
+from labkit.trace.flight import FlightDump, FlightEntry, read_dump, read_dumps
 from labkit.trace.hta import hta_comm_comp_overlap, hta_summary, hta_temporal_breakdown
 from labkit.trace.load import NotATraceError, RankEvents, load, trace_files
 from labkit.trace.pipeline import PipelineBubble, pipeline_bubble
@@ -44,4 +47,4 @@ __all__ = ["load", "analyze", "TraceAnalysis", "trace_files", "hta_temporal_brea
            "hta_comm_comp_overlap", "hta_summary", "read_ranks", "RankEvents", "NotATraceError",
            "COLUMNS", "collective_type", "SyntheticSpec", "synthesize_trace", "synthesize_traces",
            "DDPTimeline", "ddp_timeline", "pipeline_bubble", "PipelineBubble", "critical_path", "CriticalPath",
-           "StepPath"]
+           "StepPath", "read_dump", "read_dumps", "FlightDump", "FlightEntry"]

@@ -43,18 +43,21 @@ def _check(cfgs, nprocs) -> None:
 
 
 def run(cfg: TrainConfig, nprocs: int = 1, *, timeout_s: float = 600, stream: bool = False,
-        probe=None) -> RunRecord:
+        probe=None, flight_recorder=None) -> RunRecord:
     """Train ``cfg`` on ``nprocs`` fresh ranks; rank 0's record (:func:`labkit.train.report.combine`).
 
     ``record.extra["losses_per_rank"]`` holds every rank's loss curve (identical after the all-reduce),
     ``extra["rank_peak_rss_bytes"]`` every rank's peak RSS. ``parallel="single"`` needs ``nprocs=1``.
     ``probe``: a module-level function run in every rank at the end (:func:`labkit.train.loop.train`).
+    ``flight_recorder``: a folder for every rank's Flight Recorder dump (``launch(flight_recorder=...)``;
+    read with ``labkit diagnose --hang``, chapter 27).
     Taught in chapter 4 (MFU), chapter 14 (baseline record), chapter 19/20 (DDP/FSDP).
     """
     _check([cfg], nprocs)
     from labkit.launcher.parent import launch
 
-    res = launch(_rank_entry, nprocs, args=(cfg, probe), timeout_s=timeout_s, stream=stream, rank0_only=True)
+    res = launch(_rank_entry, nprocs, args=(cfg, probe), timeout_s=timeout_s, stream=stream, rank0_only=True,
+                 flight_recorder=flight_recorder)
     return report.combine(res)
 
 
