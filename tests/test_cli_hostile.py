@@ -60,6 +60,7 @@ INPUTS = {
     "comm env": (".txt", lambda p, t: ["comm", "env", str(p)], NOT_JSON),
     "trace analyze": (".json", lambda p, t: ["trace", "analyze", str(p)], set()),
     "trace hta": (".json", lambda p, t: ["trace", "hta", str(p)], set()),
+    "trace critical-path": (".json", lambda p, t: ["trace", "critical-path", str(p)], set()),
     "diagnose --record": (".json", lambda p, t: ["diagnose", "--record", str(p)], set()),
     "diagnose --trace": (".json", lambda p, t: ["diagnose", "--trace", str(p)], set()),
     "diagnose --hang": (".json", lambda p, t: ["diagnose", "--hang", str(p)], set()),
@@ -275,6 +276,7 @@ def _path_arguments():
 
 
 COVERED = {("comm parse", "FILE"), ("comm env", "FILE"), ("trace analyze", "PATH"), ("trace hta", "PATH"),
+           ("trace critical-path", "PATH"),
            ("diagnose", "--record"), ("diagnose", "--trace"), ("diagnose", "--hang"), ("regress save", "--samples"),
            ("regress check", "--samples"), ("regress save", "--store"), ("regress check", "--store"),
            ("regress monitor", "HISTORY"),
@@ -302,6 +304,10 @@ NOT_COVERED = {
     ("trace analyze", "--example"): "a name from a fixed list (argparse refuses any other); the shipped traces it "
                                     "names are read in test_hta_peer",
     ("trace hta", "--example"): "as for trace analyze --example",
+    ("trace critical-path", "--example"): "as for trace analyze --example",
+    ("trace critical-path", "--steps"): "step numbers",
+    ("trace critical-path", "--plot"): "an output PNG, written after the analysis; a name not ending in .png is "
+                                       "refused (tests/test_critical_path.py)",
     ("memory", "--attention"): "an attention name from a fixed list (argparse refuses any other)",
     ("release", "--course"): "an output folder (the learner's working copy), created; tests/test_learner_reach.py",
     ("release", "--course-tree"): "an output folder, created; tests/test_learner_reach.py",
