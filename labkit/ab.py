@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import random
 import sys
 import time
@@ -169,6 +170,13 @@ def _callable(name, fn):
         raise checks.ArgumentTypeError(f"{name} must be a zero-argument callable (one unit of work), "
                                        f"got {type(fn).__name__} {fn!r}")
     return fn
+
+
+def _utc_now() -> str:
+    """Now, UTC, ISO 8601 to the microsecond (a run's launch stamp)."""
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
 
 
 def call_order(rounds: int, warmup: int) -> list[tuple[str, str]]:
@@ -305,7 +313,8 @@ def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1,
     (:func:`labkit.train.run_many`), in the interleaved order of :func:`call_order` — each run still builds its
     own model, optimizer and (with ``pp``/``tp``) mesh, but the seconds of starting ranks and importing torch
     are paid once (a multi-rank A/B in a notebook's time budget). The result's ``runs`` holds every run's
-    record (``RunRecord.to_dict()``, with its ``"arm"``), so the samples can be re-derived from them.
+    record (``RunRecord.to_dict()``, with its ``"arm"``, ``"when"`` and ``"launch"``: the launching process's pid and
+    the launch's UTC start and end), so the samples can be re-derived from them and bound to the process that ran them.
 
     ``max_rounds``: on a verdict of "no difference at this resolution" **measure longer** — run the A/B again
     with twice the rounds, up to ``max_rounds`` — and return the longer A/B (its ``rounds`` says how many). The
@@ -358,11 +367,15 @@ def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1,
         from labkit.train.launch import run_many
 
         arms = call_order(rounds, warmup)
-        t_launch = time.perf_counter()
+        t_launch, started = time.perf_counter(), _utc_now()
         recs = run_many([cfg_b if arm == "B" else cfg_a for arm, _ in arms], nprocs, timeout_s=timeout_s)
         queues = {"a": [figure(r) for (arm, _), r in zip(arms, recs, strict=True) if arm != "B"],
                   "b": [figure(r) for (arm, _), r in zip(arms, recs, strict=True) if arm == "B"]}
-        runs = [{**r.to_dict(), "arm": arm, "when": when} for (arm, when), r in zip(arms, recs, strict=True)]
+        # which process launched the runs, and when: a grader binds them to the execution that recorded them
+        # (labkit.grading.evidence.Evidence.check_launched_here)
+        launch = {"pid": os.getpid(), "started_at": started, "ended_at": _utc_now()}
+        runs = [{**r.to_dict(), "arm": arm, "when": when, "launch": launch}
+                for (arm, when), r in zip(arms, recs, strict=True)]
         launch_s = time.perf_counter() - t_launch
         run_a, run_b = (lambda: queues["a"].pop(0)), (lambda: queues["b"].pop(0))
     else:
