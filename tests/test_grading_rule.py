@@ -142,3 +142,55 @@ def test_note_needs_a_sentence():
 
     with pytest.raises(ValueError, match="non-empty sentence"):
         note("  ")
+
+
+def _lab09_q2_tolerance(root, spread: float, error: float):
+    """lab09's q2-hidden-tolerance on a SYNTHETIC all-reduce table: an α-β line (α 50 µs, 1 GB/s) fitted exactly,
+    the held-out size's timings spread by ``spread`` ((p50 - p10) / p10), the answer off by ``error``."""
+    sizes, held = [2**k for k in range(10, 24, 2)], 2**17
+    rows, raw = [], []
+    for s in sorted(sizes + [held]):
+        t = 50e-6 + s / 1e9
+        times = [t * (1 + spread * i / 4) for i in range(9)] if s == held else [t] * 9
+        rows.append({"op": "all_reduce", "size": s, "p10_us": t * 1e6})
+        raw.append({"op": "all_reduce", "size": s, "times_s": times})
+    book = EvidenceBook("lab09_collectives", root=root)
+    book.submit("q1", answer={}, table=rows, raw=raw, held_out=held, nranks=2)
+    book.submit("q2", answer={"error": error})
+    checks = [{"id": c.id, "question": c.question, "weight": c.weight, "source": c.source}
+              for c in load_lab("lab09_collectives").checks if c.id == "q2-hidden-tolerance"]
+    (res,) = run_checks({"lab": "lab09_collectives", "work_root": str(root), "checks": checks, "params": {}})
+    return res["passed"], res["message"]
+
+
+def test_lab09_a_miss_beyond_the_cap_on_a_too_noisy_run_is_noted_not_penalised(tmp_path):
+    ok, why = _lab09_q2_tolerance(tmp_path / "noisy", spread=0.8, error=1.5)   # noise ×3 = 240 %: above the cap
+    assert ok and "too noisy to test the model here; not penalised" in why, why
+    ok, why = _lab09_q2_tolerance(tmp_path / "quiet", spread=0.1, error=1.5)   # noise ×3 = 30 %: a real miss
+    assert not ok and "off by" in why, why
+    ok, why = _lab09_q2_tolerance(tmp_path / "within", spread=0.1, error=0.2)
+    assert ok and why == "passed", why
+
+
+def _lab01_q2(root, peak_source: str):
+    """lab01's q2 on a record whose MFU against its peak is 1.5 (a peak measured at a third of the real one)."""
+    from labkit import flops
+    from labkit.models import gpt_config
+
+    fpt = flops.model_flops_per_token(gpt_config("tiny", seq_len=64).shape())
+    rec = RunRecord(label="baseline", step_time=Stat.of([0.1] * 4), tokens_per_step=256, tokens_per_s=2560.0,
+                    peak_flops=2560.0 * fpt / 1.5, peak_source=peak_source, config={"model": "tiny", "seq_len": 64})
+    book = EvidenceBook("lab01_baseline", root=root)
+    book.submit("q1", answer=None, record=rec)
+    book.submit("q2", answer=0.5 / 1.5)
+    checks = [{"id": c.id, "question": c.question, "weight": c.weight, "source": c.source}
+              for c in load_lab("lab01_baseline").checks if c.id == "q2-hidden"]
+    (res,) = run_checks({"lab": "lab01_baseline", "work_root": str(root), "checks": checks, "params": {}})
+    return res["passed"], res["message"]
+
+
+def test_lab01_mfu_above_one_against_a_measured_peak_is_noted_against_a_catalogue_peak_fails(tmp_path):
+    ok, why = _lab01_q2(tmp_path / "measured", "measured:matmul fp32 1 s")
+    assert ok and "not penalised" in why, why
+    ok, why = _lab01_q2(tmp_path / "catalogue", "catalogue:cpu")
+    assert not ok and "above 1" in why, why
