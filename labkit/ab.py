@@ -298,7 +298,7 @@ def ab_compare(run_a, run_b, *, rounds: int = DEFAULT_ROUNDS, warmup: int = 2, m
 
 def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1, metric: str = "time",
              min_effect: float = 0.03, timeout_s: float = 600, same_ranks: bool = False,
-             max_rounds: int | None = None) -> ABResult:
+             max_rounds: int | None = None, max_s: float | None = None) -> ABResult:
     """A/B two training configs: each call trains one config (``parallel="single"``: in this process with
     :func:`labkit.train.train`; else ``nprocs`` fresh ranks with :func:`labkit.train.run`) and yields **one figure
     per run**: its median post-warm-up step time (``metric="time"``) or tokens per step ÷ that median
@@ -320,21 +320,34 @@ def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1,
     with twice the rounds, up to ``max_rounds`` — and return the longer A/B (its ``rounds`` says how many). The
     noise floor (A vs A') shrinks as 1/√rounds, so an effect hidden by a loaded machine's noise comes out;
     each extra look is one more chance of a false verdict, which the doubling bounds to log₂(max_rounds /
-    rounds) extra looks, every one judged against its own noise floor. Lab 10 uses it.
+    rounds) extra looks, every one judged against its own noise floor. Lab 10 uses it. ``max_s`` (with
+    ``max_rounds``): a time budget for all of it — no longer A/B is started once, at twice the last one's time,
+    it would end past ``max_s`` seconds from the start; the last, inconclusive A/B is returned (a notebook cell or
+    a grader's time limit gets an honest "no difference at this resolution", never a killed cell).
 
     Taught in the tuning chapters: 15 (micro-batch vs accumulation), 17 (compile), 18 (mixed precision),
     19 (DDP buckets), 20 (FSDP), 21 (recomputation); the verdict as in chapter 28.
     """
     from labkit.train.config import TrainConfig
 
+    if max_s is not None:
+        max_s = checks.positive("max_s", max_s)
+        if max_rounds is None:
+            raise ValueError(f"max_s={max_s!r} budgets measuring longer: give max_rounds too (e.g. 8 × rounds)")
     if max_rounds is not None:
         max_rounds = checks.count("max_rounds", max_rounds, at_least=checks.count("rounds", rounds), at_most=1000)
+        t0 = time.perf_counter()
         res = ab_train(cfg_a, cfg_b, nprocs=nprocs, rounds=rounds, warmup=warmup, metric=metric,
                        min_effect=min_effect, timeout_s=timeout_s, same_ranks=same_ranks)
+        last = time.perf_counter() - t0
         while res.verdict == NO_DIFFERENCE and rounds < max_rounds:
+            t1 = time.perf_counter()
+            if max_s is not None and (t1 - t0) + 2 * last > max_s:
+                break                        # the doubled A/B would not end within the budget
             rounds = min(2 * rounds, max_rounds)
             res = ab_train(cfg_a, cfg_b, nprocs=nprocs, rounds=rounds, warmup=warmup, metric=metric,
                            min_effect=min_effect, timeout_s=timeout_s, same_ranks=same_ranks)
+            last = time.perf_counter() - t1
         return res
     for name, cfg in (("cfg_a", cfg_a), ("cfg_b", cfg_b)):
         if not isinstance(cfg, TrainConfig):

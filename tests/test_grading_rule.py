@@ -194,3 +194,25 @@ def test_lab01_mfu_above_one_against_a_measured_peak_is_noted_against_a_catalogu
     assert ok and "not penalised" in why, why
     ok, why = _lab01_q2(tmp_path / "catalogue", "catalogue:cpu")
     assert not ok and "above 1" in why, why
+
+
+@pytest.mark.parametrize("lab_id, question", [("lab04_attention", "q1"), ("lab07_memory_precision", "q3"),
+                                              ("lab10_planner", "q3")])
+def test_the_prompt_says_what_to_do_not_the_code(lab_id, question):
+    """issue 33: these prompts carried their solution's code. The question's prompt (the markdown cell before its
+    answer cell) shares no 24-character stretch of code with the solution (whitespace and backticks ignored)."""
+    from labkit.grading.labfmt import BEGIN_SOLUTION, END_SOLUTION
+
+    cells = load_lab(lab_id).notebook().cells
+    at = next(i for i, c in enumerate(cells) if (c.metadata.get("labkit") or {}).get("id") == question)
+    prompt = next(c for c in reversed(cells[:at]) if c.cell_type == "markdown")
+    text = " ".join(prompt.source.replace("`", " ").split())
+    inside, shared = False, set()
+    for line in cells[at].source.splitlines():
+        if BEGIN_SOLUTION.match(line) or END_SOLUTION.match(line):
+            inside = bool(BEGIN_SOLUTION.match(line))
+            continue
+        code = " ".join(line.split("#")[0].split())
+        if inside:
+            shared |= {code[i:i + 24] for i in range(len(code) - 23) if code[i:i + 24] in text}
+    assert not shared, f"{lab_id} {question}'s prompt carries its solution's code: {sorted(shared)[:5]}"
