@@ -64,7 +64,8 @@ def expect(condition: Any, message: str) -> None:
 
 def note(text: str) -> None:
     """Report something a check found that costs no point (an inconclusive A/B, a stale figure). In the grader
-    (:mod:`labkit.grading.checker`) the note is kept with the check's result; in a kernel it is printed."""
+    (:mod:`labkit.grading.checker`) the note is kept with the check's result; in a kernel it is printed.
+    Taught in the labs (``labs/README.md``: the grading rule, point 3)."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"note(text={text!r}): say what was found, in a non-empty sentence")
     print(f"note: {text}")
@@ -294,7 +295,8 @@ class Evidence:
         with its ``launch``: pid, UTC start and end) was launched by the kernel that wrote this evidence, ended
         before it was written, and its launch lasted at least the timed steps of its runs (Σ n × p10 of their
         step times). Runs pasted from another execution (another kernel, an earlier session, a classmate's
-        notebook) carry another pid and older times, so they are not evidence of this one."""
+        notebook) carry another pid and older times, so they are not evidence of this one. Taught in the labs
+        (``labs/README.md``: the grading rule, point 2; lab 10's q3)."""
         q = self.question
         pid, written = self.doc.get("pid"), _utc(self.doc.get("written_at"))
         expect(isinstance(pid, int) and written is not None,
@@ -328,7 +330,8 @@ class Evidence:
         ``ab_train(same_ranks=True)`` returns them) re-derived from its runs: bound to this execution
         (:meth:`check_launched_here`), in :func:`labkit.ab.call_order`'s interleaved order, each run's figure from
         its step times (``metric="throughput"``: tokens per step ÷ median step), the recorded samples equal to
-        those figures, and the verdict judged again by :func:`labkit.ab.ab_compare`. Returns its ``ABResult``."""
+        those figures, and the verdict judged again by :func:`labkit.ab.ab_compare`. Returns its ``ABResult``.
+        Taught in the labs (``labs/README.md``: the grading rule, point 1; lab 10's q3); the A/B in chapter 28."""
         import numpy as np
 
         from labkit import ab
