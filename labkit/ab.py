@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import random
 import sys
 import time
@@ -171,6 +172,13 @@ def _callable(name, fn):
     return fn
 
 
+def _utc_now() -> str:
+    """Now, UTC, ISO 8601 to the microsecond (a run's launch stamp)."""
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+
+
 def call_order(rounds: int, warmup: int) -> list[tuple[str, str]]:
     """The (arm, when) of every call :func:`ab_compare` makes: ``warmup`` pairs (A B, B A, …), then the
     rounds in :data:`ORDERS`' rotation. Taught in chapter 28."""
@@ -290,7 +298,7 @@ def ab_compare(run_a, run_b, *, rounds: int = DEFAULT_ROUNDS, warmup: int = 2, m
 
 def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1, metric: str = "time",
              min_effect: float = 0.03, timeout_s: float = 600, same_ranks: bool = False,
-             max_rounds: int | None = None) -> ABResult:
+             max_rounds: int | None = None, max_s: float | None = None) -> ABResult:
     """A/B two training configs: each call trains one config (``parallel="single"``: in this process with
     :func:`labkit.train.train`; else ``nprocs`` fresh ranks with :func:`labkit.train.run`) and yields **one figure
     per run**: its median post-warm-up step time (``metric="time"``) or tokens per step ÷ that median
@@ -305,27 +313,41 @@ def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1,
     (:func:`labkit.train.run_many`), in the interleaved order of :func:`call_order` — each run still builds its
     own model, optimizer and (with ``pp``/``tp``) mesh, but the seconds of starting ranks and importing torch
     are paid once (a multi-rank A/B in a notebook's time budget). The result's ``runs`` holds every run's
-    record (``RunRecord.to_dict()``, with its ``"arm"``), so the samples can be re-derived from them.
+    record (``RunRecord.to_dict()``, with its ``"arm"``, ``"when"`` and ``"launch"``: the launching process's pid and
+    the launch's UTC start and end), so the samples can be re-derived from them and bound to the process that ran them.
 
     ``max_rounds``: on a verdict of "no difference at this resolution" **measure longer** — run the A/B again
     with twice the rounds, up to ``max_rounds`` — and return the longer A/B (its ``rounds`` says how many). The
     noise floor (A vs A') shrinks as 1/√rounds, so an effect hidden by a loaded machine's noise comes out;
     each extra look is one more chance of a false verdict, which the doubling bounds to log₂(max_rounds /
-    rounds) extra looks, every one judged against its own noise floor. Lab 10 uses it.
+    rounds) extra looks, every one judged against its own noise floor. Lab 10 uses it. ``max_s`` (with
+    ``max_rounds``): a time budget for all of it — no longer A/B is started once, at twice the last one's time,
+    it would end past ``max_s`` seconds from the start; the last, inconclusive A/B is returned (a notebook cell or
+    a grader's time limit gets an honest "no difference at this resolution", never a killed cell).
 
     Taught in the tuning chapters: 15 (micro-batch vs accumulation), 17 (compile), 18 (mixed precision),
     19 (DDP buckets), 20 (FSDP), 21 (recomputation); the verdict as in chapter 28.
     """
     from labkit.train.config import TrainConfig
 
+    if max_s is not None:
+        max_s = checks.positive("max_s", max_s)
+        if max_rounds is None:
+            raise ValueError(f"max_s={max_s!r} budgets measuring longer: give max_rounds too (e.g. 8 × rounds)")
     if max_rounds is not None:
         max_rounds = checks.count("max_rounds", max_rounds, at_least=checks.count("rounds", rounds), at_most=1000)
+        t0 = time.perf_counter()
         res = ab_train(cfg_a, cfg_b, nprocs=nprocs, rounds=rounds, warmup=warmup, metric=metric,
                        min_effect=min_effect, timeout_s=timeout_s, same_ranks=same_ranks)
+        last = time.perf_counter() - t0
         while res.verdict == NO_DIFFERENCE and rounds < max_rounds:
+            t1 = time.perf_counter()
+            if max_s is not None and (t1 - t0) + 2 * last > max_s:
+                break                        # the doubled A/B would not end within the budget
             rounds = min(2 * rounds, max_rounds)
             res = ab_train(cfg_a, cfg_b, nprocs=nprocs, rounds=rounds, warmup=warmup, metric=metric,
                            min_effect=min_effect, timeout_s=timeout_s, same_ranks=same_ranks)
+            last = time.perf_counter() - t1
         return res
     for name, cfg in (("cfg_a", cfg_a), ("cfg_b", cfg_b)):
         if not isinstance(cfg, TrainConfig):
@@ -358,11 +380,15 @@ def ab_train(cfg_a, cfg_b, *, nprocs: int = 1, rounds: int = 5, warmup: int = 1,
         from labkit.train.launch import run_many
 
         arms = call_order(rounds, warmup)
-        t_launch = time.perf_counter()
+        t_launch, started = time.perf_counter(), _utc_now()
         recs = run_many([cfg_b if arm == "B" else cfg_a for arm, _ in arms], nprocs, timeout_s=timeout_s)
         queues = {"a": [figure(r) for (arm, _), r in zip(arms, recs, strict=True) if arm != "B"],
                   "b": [figure(r) for (arm, _), r in zip(arms, recs, strict=True) if arm == "B"]}
-        runs = [{**r.to_dict(), "arm": arm, "when": when} for (arm, when), r in zip(arms, recs, strict=True)]
+        # which process launched the runs, and when: a grader binds them to the execution that recorded them
+        # (labkit.grading.evidence.Evidence.check_launched_here)
+        launch = {"pid": os.getpid(), "started_at": started, "ended_at": _utc_now()}
+        runs = [{**r.to_dict(), "arm": arm, "when": when, "launch": launch}
+                for (arm, when), r in zip(arms, recs, strict=True)]
         launch_s = time.perf_counter() - t_launch
         run_a, run_b = (lambda: queues["a"].pop(0)), (lambda: queues["b"].pop(0))
     else:

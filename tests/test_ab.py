@@ -310,3 +310,27 @@ def test_live_cpu_work():
         torch.set_num_threads(threads)
     assert same.verdict in ("unchanged", NO_DIFFERENCE), same.report()
     assert slow.verdict == "slower" and slow.ratio > 1.2, slow.report()
+
+
+def test_ab_train_max_s_stops_measuring_longer_within_its_budget(monkeypatch):
+    """max_s: no doubled A/B is started that would end past the budget (at twice the last one's time); the last,
+    inconclusive A/B is returned instead of a killed cell. The fake launch takes 20 ms per run and the two arms are
+    the same code with scattered step times (never told apart), so without a budget it would go on to 48 rounds."""
+    import math
+
+    import labkit.train.launch as launch
+
+    def fake_run_many(cfgs, nprocs, timeout_s=600):
+        time.sleep(0.02 * len(cfgs))
+        return [RunRecord(label=c.label, step_time=Stat.of([0.1 * (1 + 0.3 * math.sin(2.3 * i))]), tokens_per_step=64)
+                for i, c in enumerate(cfgs)]
+
+    monkeypatch.setattr(launch, "run_many", fake_run_many)
+    a, b = TrainConfig(label="A", parallel="ddp"), TrainConfig(label="B", parallel="ddp")
+    t0 = time.perf_counter()
+    r = ab_train(a, b, nprocs=2, rounds=3, warmup=1, same_ranks=True, max_rounds=48, max_s=1.0)
+    assert r.verdict == NO_DIFFERENCE and r.rounds in (3, 6) and time.perf_counter() - t0 < 5
+    with pytest.raises(ValueError, match="max_rounds"):
+        ab_train(a, b, nprocs=2, rounds=3, same_ranks=True, max_s=1.0)
+    with pytest.raises(ValueError, match="max_s"):
+        ab_train(a, b, nprocs=2, rounds=3, same_ranks=True, max_rounds=6, max_s=-1)

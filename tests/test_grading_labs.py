@@ -1,5 +1,5 @@
 """Each graded lab: the instructor source gets full marks, the released learner version scores zero on
-every unanswered question, a forged lab01, lab03, lab04, lab06, lab08, lab09, lab10, lab11 or lab12 submission loses exactly the points its forgery touches, and
+every unanswered question, a forged lab01, lab03, lab04, lab06, lab08, lab09, lab10, lab11 or lab12 submission loses exactly the points its forgery touches (lab10 also: a typed-in q3 with no runs, a copied slowdown), and
 lab02's q3 holds the named family to the seed's hidden fault and the cited number to the run.
 
 Graded with the CI parameters (FAST=True) through ``labkit grade``, 2 workers.
@@ -52,7 +52,9 @@ def test_instructor_full_marks_learner_zero(lab_id, tmp_path, calibrated_peaks):
         got = fb[name]
         assert {q: v["score"] for q, v in got["questions"].items()} == want["questions"], why[name]
         failed = [c["id"] for q in got["questions"].values() for c in q["checks"] if not c["passed"]]
-        assert failed == [want["failed_check"]], why[name]
+        want_failed = want["failed_check"]
+        assert failed == (want_failed if isinstance(want_failed, list) else [want_failed]), why[name]
+        assert got["score"] == want["score"], why[name]
 
 
 @pytest.mark.slow

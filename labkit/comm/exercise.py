@@ -90,11 +90,6 @@ class MysteryCluster:
         """The links the table's ring crosses: gpu-gpu on one node, all three across nodes."""
         return LINKS if self.nodes > 1 else ("gpu-gpu",)
 
-    @property
-    def limiting_link(self) -> str:
-        c = self.ceilings()
-        return min(self.on_path(), key=lambda k: c[k])
-
     def fabric(self) -> Fabric:
         """The :class:`~labkit.comm.synthetic.Fabric` whose α–β model generates the table."""
         c = self.ceilings()

@@ -1,7 +1,8 @@
 """Graded labs: the lab format, evidence, release and batch grading.
 
 - :class:`EvidenceBook` — what a lab's answer cell calls to record its evidence (light: no torch import).
-- :func:`expect`, :class:`CheckFailed`, :func:`close` — the verbs of visible and hidden checks.
+- :func:`expect`, :class:`CheckFailed`, :func:`close`, :func:`note` — the verbs of visible and hidden checks
+  (written to the grading rule in :mod:`~labkit.grading.evidence`'s docstring).
 - :func:`load_lab`, :func:`release` — parse an instructor source; write the learner version.
 - :func:`grade`, :class:`GradeConfig`, :class:`Limits` — grade a batch of submissions.
 - :mod:`~labkit.grading.students` (LMS names, roster, late uploads, shards), :mod:`~labkit.grading.feedback`
@@ -14,7 +15,7 @@ Taught in the labs (``labs/``): every lab records its evidence with :class:`Evid
 """
 from __future__ import annotations
 
-from labkit.grading.evidence import CheckFailed, Evidence, EvidenceBook, close, expect
+from labkit.grading.evidence import CheckFailed, Evidence, EvidenceBook, close, expect, note
 from labkit.grading.labfmt import Lab, learner_notebook, load_lab, release
 from labkit.grading.sandbox import Limits
 
@@ -34,5 +35,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'labkit.grading' has no attribute {name!r}")
 
 
-__all__ = ["CheckFailed", "Evidence", "EvidenceBook", "close", "expect", "Lab", "learner_notebook", "load_lab",
+__all__ = ["CheckFailed", "Evidence", "EvidenceBook", "close", "expect", "note", "Lab", "learner_notebook", "load_lab",
            "release", "Limits", "grade", "GradeConfig", "GradeResult"]

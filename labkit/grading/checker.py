@@ -7,9 +7,15 @@ these names defined:
 
 ``evidence(q)``  :class:`~labkit.grading.evidence.Evidence` of question ``q`` (CheckFailed if missing)
 ``expect(c, m)`` fail with message ``m`` unless ``c``; ``close(a, b, rel=)`` numeric agreement
+``note(text)``   report a finding that costs no point (an inconclusive A/B): kept in the result's message
 ``CheckFailed``, ``LAB`` (lab id), ``WORK`` (the submission's work folder), ``PARAMS`` (injected parameters)
 ``SUBMITTED``    the notebook as the learner submitted it (its outputs are what they saw before the grader
                  re-ran it: untrusted, for saying why a check failed — "that figure is stale" — never for passing one)
+
+Checks are written to the grading rule of :mod:`labkit.grading.evidence` (its docstring): a point that rests on a
+timing is judged from the learner's own recorded runs, re-derived from the evidence and bound to this execution;
+the grader's re-execution proves where the evidence came from and never re-decides the effect; an inconclusive
+measurement is noted, never penalised; no answer scores without the work behind it.
 
 A check passes when its code finishes; :class:`CheckFailed` is a failed check with its message, any other
 exception is a failed check reported as such, and a check past ``check_s`` seconds fails as timed out.
@@ -25,7 +31,7 @@ import time
 import traceback
 from pathlib import Path
 
-from labkit.grading.evidence import CheckFailed, Evidence, close, expect
+from labkit.grading.evidence import CheckFailed, Evidence, close, expect, note
 from labkit.grading.feedback import learner_numbers, withhold
 
 
@@ -43,9 +49,15 @@ def run_checks(spec: dict) -> list[dict]:
     results = []
     signal.signal(signal.SIGALRM, _alarm)
     for chk in spec["checks"]:
+        notes: list[str] = []
+
+        def _note(text: str, _notes=notes) -> None:
+            note(text)   # the same validation as in a kernel (its print goes to the checker's log)
+            _notes.append(text.strip())
+
         ns = {"__name__": f"labkit_hidden_{chk['id']}", "LAB": lab, "WORK": work,
               "PARAMS": dict(spec.get("params") or {}), "SUBMITTED": spec.get("submitted"),
-              "expect": expect, "close": close,
+              "expect": expect, "close": close, "note": _note,
               "CheckFailed": CheckFailed,
               "evidence": lambda q, _lab=lab, _w=work: Evidence.load(_lab, q, root=_w)}
         res = {"id": chk["id"], "question": chk["question"], "weight": chk["weight"], "passed": False,
@@ -55,7 +67,7 @@ def run_checks(spec: dict) -> list[dict]:
         try:
             exec(compile(chk["source"], f"<hidden check {chk['id']}>", "exec"), ns)  # noqa: S102 - instructor code
             res["passed"] = True
-            res["message"] = "passed"
+            res["message"] = "passed" + "".join(f"; note: {n}" for n in notes)
         except CheckFailed as e:
             res["message"] = str(e) or "check failed"
         except _CheckTimeout:

@@ -15,6 +15,20 @@ Evidence written in the learner's kernel is data, not proof: the checks cross-va
 against trace files, answer against record, record against the config) so that a value typed in, or a
 forged record, fails on the first inconsistency.
 
+**The grading rule** (every lab's hidden checks follow it; ``labs/README.md`` says it to instructors):
+
+1. *A point that rests on a timing is judged from the learner's own recorded runs*, re-derived here from the
+   evidence (samples rebuilt from the runs' step times, the verdict judged again, the answer compared with
+   both) — never from a number typed in, and never from a timing the checks measure themselves.
+2. *The grader re-executes the notebook to prove the evidence came from it*, not to re-decide the effect: runs
+   are bound to the execution that recorded them (:meth:`Evidence.check_launched_here`: the kernel that wrote
+   the evidence launched them, inside the execution, for at least as long as their timed steps took).
+3. *An inconclusive measurement never takes a point*: an A/B that cannot tell the effect from this machine's
+   noise ("no difference at this resolution") is reported (:func:`note`, kept with the check's result), not
+   penalised; only the learner's own conclusive evidence against the claim fails it.
+4. *No answer without the work*: a check that passes on the answer alone, with no run, record or file behind
+   it, is a bug — every answered value must follow from recorded work.
+
 Taught in the labs (``labs/``); used by the hidden checks of every lab.
 """
 from __future__ import annotations
@@ -46,6 +60,26 @@ def expect(condition: Any, message: str) -> None:
     """Raise :class:`CheckFailed` with ``message`` unless ``condition`` is true (a check's one verb)."""
     if not condition:
         raise CheckFailed(message)
+
+
+def note(text: str) -> None:
+    """Report something a check found that costs no point (an inconclusive A/B, a stale figure). In the grader
+    (:mod:`labkit.grading.checker`) the note is kept with the check's result; in a kernel it is printed.
+    Taught in the labs (``labs/README.md``: the grading rule, point 3)."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"note(text={text!r}): say what was found, in a non-empty sentence")
+    print(f"note: {text}")
+
+
+def _utc(stamp: Any) -> _dt.datetime | None:
+    """An ISO-8601 time stamp as an aware datetime (None when absent or not one)."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        t = _dt.datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None
 
 
 def close(a: float | None, b: float | None, *, rel: float = 1e-6, abs_: float = 0.0) -> bool:
@@ -254,3 +288,79 @@ class Evidence:
                    f"{self.question}: {rel} changed after the evidence was recorded (size or SHA-256 differs)")
             out.append(p)
         return out
+
+    # ------------------------------------------------------------ binding runs to this execution
+    def check_launched_here(self, runs: list, what: str = "the runs") -> None:
+        """CheckFailed unless every run of ``runs`` (``labkit.ab.ab_train(same_ranks=True)``'s, each stamped
+        with its ``launch``: pid, UTC start and end) was launched by the kernel that wrote this evidence, ended
+        before it was written, and its launch lasted at least the timed steps of its runs (Σ n × p10 of their
+        step times). Runs pasted from another execution (another kernel, an earlier session, a classmate's
+        notebook) carry another pid and older times, so they are not evidence of this one. Taught in the labs
+        (``labs/README.md``: the grading rule, point 2; lab 10's q3)."""
+        q = self.question
+        pid, written = self.doc.get("pid"), _utc(self.doc.get("written_at"))
+        expect(isinstance(pid, int) and written is not None,
+               f"{q}: the evidence does not say which kernel wrote it, or when (pid, written_at)")
+        expect(isinstance(runs, list) and runs, f"{q}: {what}: no runs recorded")
+        launches: dict = {}
+        for i, r in enumerate(runs):
+            stamp = r.get("launch") if isinstance(r, dict) else None
+            expect(isinstance(stamp, dict), f"{q}: run {i + 1} of {what} carries no launch stamp: it was not "
+                   "recorded by labkit.ab.ab_train(same_ranks=True) in this notebook's execution")
+            start, end = _utc(stamp.get("started_at")), _utc(stamp.get("ended_at"))
+            expect(stamp.get("pid") == pid, f"{q}: run {i + 1} of {what} was launched by process "
+                   f"{stamp.get('pid')!r}, not by the kernel that recorded this evidence ({pid}): runs of another "
+                   "execution (copied in?) are not evidence of this one")
+            expect(start is not None and end is not None and start <= end <= written + _dt.timedelta(seconds=1),
+                   f"{q}: run {i + 1} of {what} has a launch that did not end before its evidence was written")
+            st = r.get("step_time") or {}
+            try:
+                busy = float(st["n"]) * float(st["p10"])
+            except (KeyError, TypeError, ValueError):
+                raise CheckFailed(f"{q}: run {i + 1} of {what} has no step times (n, p10)") from None
+            key = (start, end)
+            launches[key] = launches.get(key, 0.0) + busy
+        for (start, end), busy in launches.items():
+            took = (end - start).total_seconds()
+            expect(took >= 0.99 * busy, f"{q}: {what}: a launch of {took:.3f} s holds runs whose timed steps alone "
+                   f"took {busy:.3f} s — the runs were not measured in that launch")
+
+    def ab_from_runs(self, *, metric: str = "time", min_effect: float = 0.03):
+        """The A/B recorded in this evidence (values ``runs``, ``rounds``, ``warmup``, ``a``, ``b``, ``a2``, as
+        ``ab_train(same_ranks=True)`` returns them) re-derived from its runs: bound to this execution
+        (:meth:`check_launched_here`), in :func:`labkit.ab.call_order`'s interleaved order, each run's figure from
+        its step times (``metric="throughput"``: tokens per step ÷ median step), the recorded samples equal to
+        those figures, and the verdict judged again by :func:`labkit.ab.ab_compare`. Returns its ``ABResult``.
+        Taught in the labs (``labs/README.md``: the grading rule, point 1; lab 10's q3); the A/B in chapter 28."""
+        import numpy as np
+
+        from labkit import ab
+
+        q = self.question
+        runs = self.value("runs")
+        expect(isinstance(runs, list) and runs, f"{q}: the evidence holds no A/B runs")
+        try:
+            rounds, warm = int(self.value("rounds")), int(self.value("warmup"))
+            order = ab.call_order(rounds, warm)
+        except (TypeError, ValueError) as e:
+            raise CheckFailed(f"{q}: the A/B's rounds and warm-up are not valid ({e})") from None
+        expect([[r.get("arm"), r.get("when")] if isinstance(r, dict) else None for r in runs]
+               == [list(o) for o in order], f"{q}: the runs are not the A/B's interleaved calls")
+        self.check_launched_here(runs, "the A/B")
+        queues: dict = {"a": [], "b": []}
+        for r, (arm, _) in zip(runs, order, strict=True):
+            try:
+                step = float(r["step_time"]["median"])
+                fig = step if metric == "time" else float(r["tokens_per_step"]) / step
+            except (KeyError, TypeError, ValueError, ZeroDivisionError):
+                raise CheckFailed(f"{q}: a run of arm {arm} has no step time or tokens per step") from None
+            expect(math.isfinite(fig) and fig > 0, f"{q}: a run of arm {arm} has no positive step time")
+            queues["b" if arm == "B" else "a"].append(fig)
+        res = ab.ab_compare(lambda: queues["a"].pop(0), lambda: queues["b"].pop(0), rounds=rounds, warmup=warm,
+                            metric=metric, min_effect=min_effect, seed=None)
+        for k in ("a", "b", "a2"):
+            got = self.value(k)
+            ok = isinstance(got, list) and len(got) == len(getattr(res, k))
+            expect(ok and np.allclose(got, getattr(res, k), rtol=1e-9),
+                   f"{q}: the A/B samples ({k}) do not follow from its runs' step times")
+        return res

@@ -135,8 +135,8 @@ def real_lab_corpus() -> dict:
     lab01 with its throughput inflated by 10 % before saving: q1's consistency check must catch it and q2
     must not trip over it (a 1.5x inflation pushed the record's MFU past 100 % — q2's sanity bound — whenever
     a loaded machine depressed the measured peak enough that the real MFU exceeded 2/3; at 1.1x that needs a
-    real MFU above 91 %). lab03, lab04, lab06 and lab08: see :func:`_lab03_forged`, :func:`_lab04_forged`,
-    :func:`_lab06_inflated` and :func:`_lab08_forged`.
+    real MFU above 91 %). lab03, lab04, lab06, lab08 and lab10: see :func:`_lab03_forged`, :func:`_lab04_forged`,
+    :func:`_lab06_inflated`, :func:`_lab08_forged`, :func:`_lab10_typed_in` and :func:`_lab10_copied`.
     """
     lab01 = _forged("lab01_baseline", "q1", "record.save(baseline_path)",
                     "record.tokens_per_s *= 1.1  # a better number, typed in\n"
@@ -145,6 +145,7 @@ def real_lab_corpus() -> dict:
             "lab06_inflated": _lab06_inflated(), "lab11_quieter": _lab11_quieter(),
             "lab09_forged": _lab09_forged(),
             "lab08_forged": _lab08_forged(), "lab10_forged": _lab10_forged(),
+            "lab10_typed_in": _lab10_typed_in(), "lab10_copied": _lab10_copied(),
             "lab12_forged": _lab12_forged()}
 
 
@@ -227,6 +228,31 @@ def _lab10_forged():
     (computed from the real predictions) and the live A/B of q3 are untouched, so nothing else may fail."""
     return _forged("lab10_planner", "q1", '"tokens_per_s": mine.tokens_per_s,',
                    '"tokens_per_s": mine.tokens_per_s * 1.1,  # a better number, typed in\n            ')
+
+
+def _lab10_typed_in():
+    """lab10 with q3's A/B never run and its answer typed in (issue 33: this earned q3-hidden-claim's point, which
+    read the answer alone): both q3 checks re-derive the A/B from the recorded runs, and there are none, so q3
+    scores 0; q1 and q2 are the real work and keep their points."""
+    return _forged("lab10_planner", "q3", _LAB10_Q3_SOLUTION,
+                   'answer_q3 = {"tp_all_reduces": 8, "slowdown": 2.0, "verdict": "slower"}  # typed in, no runs')
+
+
+def _lab10_copied():
+    """lab10 with the A/B run but the answer's slowdown copied from another notebook's output (the instructor's
+    stored 2.29) instead of this A/B's: q3-hidden re-derives the slowdown from the recorded runs and must catch it;
+    the claim, judged from the same runs, keeps its point."""
+    return _forged("lab10_planner", "q3", '"slowdown": 1 / live.ratio,',
+                   '"slowdown": 2.29,  # a classmate\'s figure, copied\n            ')
+
+
+_LAB10_Q3_SOLUTION = """cfg_a = TrainConfig(parallel="ddp", micro_batch=4, device=RUN_DEVICE, label="DP2", **LIVE)
+cfg_b = cfg_a.replace(parallel="single", tp=2, micro_batch=8, label="TP2")
+live = ab.ab_train(cfg_a, cfg_b, nprocs=NPROCS, rounds=ROUNDS, warmup=1, metric="throughput", same_ranks=True,
+                   timeout_s=TIMEOUT_S, max_rounds=8 * ROUNDS,   # a loaded machine: measure longer, not again,
+                   max_s=TIMEOUT_S / 2)                            # within half the time limit
+answer_q3 = {"tp_all_reduces": predicted_collectives(cfg_b)["tp_all_reduce"], "slowdown": 1 / live.ratio,
+             "verdict": live.verdict}"""
 
 
 def _lab12_forged():
