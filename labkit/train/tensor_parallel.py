@@ -180,7 +180,11 @@ def unwrap(model):
 def local_loss(loss):
     """The loss as a plain tensor: a vocabulary-parallel loss is a DTensor replicated over the tp ranks (each
     holds the same value). Taught in chapter 24."""
-    return loss.to_local() if hasattr(loss, "to_local") else loss
+    return _local(loss)
+
+
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def untie_for_ddp(module):
@@ -201,3 +205,47 @@ def untie_for_ddp(module):
         module.register_forward_pre_hook(hook)     # after the bridge's own pre-hook: runs on its DTensor
 
     return retie
+
+
+def head_flops(model, optimizer=None, cfg=None) -> dict:
+    """This rank's FLOPs of the head (forward and backward) on one micro-batch of ``cfg`` — a
+    :func:`labkit.train.train` probe. A forward captures the head's input and output as this rank holds
+    them; the rank's own matmul (its input × its local weight rows) is run again on plain tensors under
+    :class:`torch.utils.flop_counter.FlopCounterMode` — which on DTensors would count the global op — and
+    checked to give this rank's logits. Returns the FLOPs, the local logits' shape and whether the head is
+    vocabulary-parallel. Taught in chapter 24."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    gpt = unwrap(model)
+    if getattr(gpt, "schedule", None) is not None or not hasattr(gpt, "head"):
+        raise ValueError("head_flops needs an unpipelined GPT (pp = 1): a pipelined model has no single head")
+    if cfg is None:
+        raise ValueError("head_flops needs the run's TrainConfig (cfg) for its micro-batch")
+    seen = {}
+
+    def grab(_mod, args, out):
+        seen["x"], seen["y"] = args[0], out
+
+    weight = gpt.tok_emb.weight if getattr(gpt.head, "weight", None) is None else gpt.head.weight
+    device = weight.device
+    idx = torch.randint(0, gpt.config.vocab_size, (cfg.micro_batch, gpt.config.seq_len),
+                        generator=torch.Generator().manual_seed(cfg.seed)).to(device)
+    handle = gpt.head.register_forward_hook(grab)
+    try:
+        with torch.no_grad():
+            model(idx)
+    finally:
+        handle.remove()
+    x = _local(seen["x"]).detach().float().requires_grad_()
+    w = _local(gpt.head.weight).detach().float().requires_grad_()
+    with FlopCounterMode(display=False) as counter:
+        y = F.linear(x, w)
+        y.backward(torch.ones_like(y))
+    mine = _local(seen["y"]).float()
+    if y.shape != mine.shape or not torch.allclose(y, mine, rtol=1e-4, atol=1e-5):
+        raise RuntimeError(f"head_flops: the local matmul ({tuple(y.shape)}) does not give this rank's logits "
+                           f"({tuple(mine.shape)})")
+    return {"head_flops": int(counter.get_total_flops()), "logits_local_shape": list(y.shape),
+            "vocab_parallel": bool(getattr(gpt, "loss_parallel", False))}
