@@ -16,9 +16,10 @@ embedding stay replicated.
 
 **The vocabulary-parallel head and loss** (``vocab_parallel=True``, the default; Megatron-LM's
 ``VocabParallelEmbedding`` and parallel cross-entropy, §3; torchtitan's llama ``parallelize``): the head
-``d → V`` is the largest matmul of a small GPT — 2·B·T·d·V FLOPs forward against 24·B·T·d² per block, i.e.
-V / (V + 12·d·L) of the forward's matmul FLOPs (the small GPT, V = 4096, d = 256, L = 4: 25 %… see
-``benchmarks/bench_tp_head.py``) — so computing it whole on every tp rank duplicates that share. Here the head
+``d → V`` is the largest matmul of a small GPT — per token 2·d·V forward FLOPs against 24·d² + 4·T·d per block
+(Kaplan et al. 2020, table 1), i.e. V / (V + 12·d·L + 2·T·L) of the forward's matmul FLOPs: 55 % for the tiny
+GPT (V = 4096, d = 128, L = 2, T = 64), 24 % for the small one (d = 256, L = 4, T = 128) — so computing it whole
+on every tp rank duplicates that share (``benchmarks/bench_tp_head.py`` measures what it cost). Here the head
 is split by columns over the vocabulary (``ColwiseParallel``, output ``Shard(-1)`` kept as a DTensor: each rank
 holds V/tp logits of every token) and the cross-entropy runs under
 :func:`torch.distributed.tensor.parallel.loss_parallel`: each rank takes the max and the sum of exponentials
