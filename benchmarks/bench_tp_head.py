@@ -11,13 +11,15 @@ TP2 slower whatever its all-reduces cost. This script measures, on 2 gloo ranks 
    with the vocabulary-parallel head and loss (``vocab_parallel=True``, the default) — interleaved in one launch
    of the ranks, round after round in rotating order; each run's median step time (after ``warmup_steps``), then
    per arm the median over rounds, and DP2's tokens/s ÷ each TP2's;
-2. one profiled run of each arm (the last 3 steps), read by :func:`labkit.trace.analyze`: per step, the main
+2. ``--trace-rounds`` profiled runs of each arm (the last 3 steps), interleaved, read by
+   :func:`labkit.trace.analyze` (medians over the runs): per step, the main
    thread's compute, the exposed communication (gloo spans while the main thread is not computing: TP's
    blocking all-reduces are almost all exposed) and the idle rest, and the gloo all-reduce count;
 3. optionally (``--ab``) lab 10's own A/B (:func:`labkit.ab.ab_train`, ``same_ranks=True``, ``max_rounds``) of
    DP2 against each TP2, with its verdict.
 
-Usage: .venv/bin/python benchmarks/bench_tp_head.py [--model tiny] [--steps 8] [--rounds 6] [--seed 0] [--ab]
+Usage: .venv/bin/python benchmarks/bench_tp_head.py [--model tiny] [--steps 8] [--rounds 6] [--trace-rounds 3]
+       [--seed 0] [--ab] [--json out.json]
 Timings on a shared 2-core machine are noisy: read the ratios and the trace's split, not the absolute numbers.
 """
 from __future__ import annotations
@@ -59,23 +61,28 @@ def interleaved(cfgs: dict, rounds: int) -> dict:
     return out
 
 
-def traced(cfgs: dict, folder: Path) -> dict:
-    """One profiled run per arm (last 3 steps); per step: compute, exposed and hidden comm, idle, all-reduces."""
+def traced(cfgs: dict, folder: Path, rounds: int) -> dict:
+    """``rounds`` profiled runs per arm (the last 3 steps each), interleaved in rotating order in one launch; per
+    arm the median over runs of each per-step figure (rank mean): compute, exposed and hidden comm, idle,
+    all-reduces."""
     from labkit.perf_validate.layouts import trace_collectives
     from labkit.trace import analyze
     from labkit.train import run_many
 
-    prof = {n: c.replace(profile_dir=str(folder / c.label), profile_steps=3) for n, c in cfgs.items()}
-    run_many(list(prof.values()), 2, timeout_s=900)
-    out = {}
-    for n, c in prof.items():
+    names = list(cfgs)
+    order = [names[(r + k) % len(names)] for r in range(rounds) for k in range(len(names))]
+    prof = [cfgs[n].replace(profile_dir=str(folder / f"{i}-{cfgs[n].label}"), profile_steps=3)
+            for i, n in enumerate(order)]
+    run_many(prof, 2, timeout_s=900)
+    rows = {n: [] for n in names}
+    for n, c in zip(order, prof, strict=True):
         b = analyze(c.profile_dir).breakdown
         k = 3 * len(b)                                   # 3 steps on each rank: per rank-step means
         row = {col: float(b[col].sum()) / k for col in ("total", "compute", "comm_exposed", "comm_hidden")}
         row["idle"] = row["total"] - row["compute"] - row["comm_exposed"]
         row["all_reduces_per_step"] = trace_collectives(c.profile_dir)[0]["all_reduce"] / 3
-        out[n] = row
-    return out
+        rows[n].append(row)
+    return {n: {col: statistics.median(r[col] for r in rs) for col in rs[0]} for n, rs in rows.items()}
 
 
 def main(argv=None) -> dict:
@@ -84,11 +91,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trace-rounds", type=int, default=3, help="profiled runs per arm")
     ap.add_argument("--ab", action="store_true", help="also lab 10's A/B of DP2 against each TP2")
     ap.add_argument("--json", help="write the figures here")
     a = ap.parse_args(argv)
-    if a.rounds < 2 or a.steps < 4:
-        ap.error(f"--rounds={a.rounds} and --steps={a.steps}: use at least 2 rounds and 4 steps")
+    if a.rounds < 2 or a.steps < 4 or a.trace_rounds < 1:
+        ap.error(f"--rounds={a.rounds}, --steps={a.steps}, --trace-rounds={a.trace_rounds}: use at least 2 rounds, "
+                 "4 steps and 1 profiled run")
     cfgs = arms(a.model, a.steps, a.seed)
     tokens = cfgs["DP2"].micro_batch * 2 * cfgs["DP2"].model_config.seq_len
     print(f"model {a.model}: the head is {head_share(cfgs['DP2']):.0%} of the forward's matmul FLOPs; "
@@ -99,12 +108,13 @@ def main(argv=None) -> dict:
         print(f"  {n:20s} step median {med[n] * 1e3:7.1f} ms  (runs: {', '.join(f'{x * 1e3:.0f}' for x in v)})  "
               f"DP2 tokens/s / this = {med[n] / med['DP2']:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
-        tr = traced(cfgs, Path(tmp))
-    print("  per step, rank mean of a profiled run (ms):  total  compute  comm exposed  comm hidden  idle  all-reduces")
+        tr = traced(cfgs, Path(tmp), a.trace_rounds)
+    print(f"  per step, rank mean, median of {a.trace_rounds} profiled runs (ms):  total  compute  comm exposed  comm hidden  idle  all-reduces")
     for n, r in tr.items():
         print(f"  {n:20s} {r['total'] * 1e3:12.1f} {r['compute'] * 1e3:8.1f} {r['comm_exposed'] * 1e3:13.1f} "
               f"{r['comm_hidden'] * 1e3:12.1f} {r['idle'] * 1e3:5.1f} {r['all_reduces_per_step']:12.0f}")
-    result = {"model": a.model, "steps": a.steps, "rounds": a.rounds, "head_share": head_share(cfgs["DP2"]),
+    result = {"model": a.model, "steps": a.steps, "rounds": a.rounds, "trace_rounds": a.trace_rounds,
+              "head_share": head_share(cfgs["DP2"]),
               "step_s": times, "median_step_s": med, "trace": tr}
     if a.ab:
         from labkit import ab
