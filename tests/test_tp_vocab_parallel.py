@@ -12,6 +12,7 @@ from labkit.train.tensor_parallel import apply_tensor_parallel, head_flops, head
 # fp32, fixed seed, user peak; 8 sequences of 64 tokens per step in every layout (as tests/test_parallel_tp_pp.py)
 BASE = TrainConfig(model="tiny", steps=3, warmup_steps=1, peak_flops=1e12, micro_batch=8)
 TOL = 2e-5                                               # fp32: other reduction orders, not other maths
+VAL = BASE.replace(steps=4, micro_batch=4, val_every=2, train_sequences=512)   # a held-out evaluation every 2 steps
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def ranks(tmp_path_factory):
     (its forward would land in the profiled step)."""
     traces = tmp_path_factory.mktemp("vocab_traces")
     cfgs = {"vocab": BASE.replace(tp=2), "vocab_sp": BASE.replace(tp=2, sequence_parallel=True),
-            "whole": BASE.replace(tp=2, vocab_parallel=False)}
+            "whole": BASE.replace(tp=2, vocab_parallel=False), "vocab_val": VAL.replace(tp=2)}
     recs = run_many(list(cfgs.values()), 2, timeout_s=300, all_ranks=True, probe=head_flops)
     out = dict(zip(cfgs, recs, strict=True))
     profiled = {f"{k}_traced": cfgs[k].replace(profile_dir=str(traces / k), profile_steps=1) for k in ("vocab", "whole")}
@@ -39,6 +40,13 @@ def test_split_head_follows_the_single_process(ranks, single, name):
     for rec in ranks[name]:                              # every rank reports the global batch's loss
         assert rec.loss == pytest.approx(single, rel=TOL)
         assert rec.tokens_per_step == 8 * 64 and rec.config["vocab_parallel"] == (name != "whole")
+
+
+def test_held_out_loss_under_loss_parallel(ranks):
+    """Chapter 25's held-out evaluation runs the model's loss too: under loss_parallel, the single process's value."""
+    want = [row["val_loss"] for row in train(VAL).extra["val_log"]]
+    for rec in ranks["vocab_val"]:
+        assert [row["val_loss"] for row in rec.extra["val_log"]] == pytest.approx(want, rel=TOL) and len(want) == 2
 
 
 def test_each_rank_computes_half_the_head(ranks):
