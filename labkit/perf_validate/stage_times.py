@@ -65,7 +65,8 @@ class PartTimes:
 def rank_time_shares(cfg, parts: PartTimes) -> list:
     """Per pipeline rank of ``cfg`` (tp, pp, virtual stages as the trainer cuts them), its share of a whole
     model's forward + backward time (module docstring); TP ranks of a stage share alike; with tp > 1 and
-    ``vocab_parallel`` the tail (head and loss split over the vocabulary) counts 1/tp. Taught in chapter 24."""
+    ``vocab_parallel`` the tail (head and loss split over the vocabulary) counts 1/tp — its FLOPs' share, not a
+    measured local shard as ``block_tp_s`` is for a block. Taught in chapter 24."""
     from labkit.train.pipeline import split_layers, stage_indices
 
     if not isinstance(parts, PartTimes):
