@@ -21,6 +21,23 @@ TP2 slower whatever its all-reduces cost. This script measures, on 2 gloo ranks 
 Usage: .venv/bin/python benchmarks/bench_tp_head.py [--model tiny] [--steps 8] [--rounds 6] [--trace-rounds 3]
        [--seed 0] [--ab] [--json out.json]
 Timings on a shared 2-core machine are noisy: read the ratios and the trace's split, not the absolute numbers.
+
+Measured 2026-12-06 (``--rounds 8 --steps 8 --trace-rounds 3 --ab``; the 2-core CPU machine shared, load average
+17-20 — every figure is inflated by the scheduler, each all-reduce waits for the peer rank to get a core):
+
+======================  ===========  =============  ==============  ===============  ===========  =========
+arm                     step median  DP2 tok/s ÷    trace: compute  exposed comm     all-reduces  lab10 A/B
+                        (8 rounds)   this arm's     (ms per step)   (ms per step)    per step     DP2 ÷ TP2
+======================  ===========  =============  ==============  ===============  ===========  =========
+DP2                     303 ms       1.00           166             72               1            —
+TP2, head whole         527 ms       1.74           258             143              8            1.89 slower (4 rounds)
+TP2, vocab-parallel     447 ms       1.47           154             233              13           1.41 slower (16 rounds)
+======================  ===========  =============  ==============  ===============  ===========  =========
+
+The split takes TP2's compute from 1.55× DP2's to 0.93× (the duplicated head was the difference); what is left
+of "TP2 slower than DP2" is exposed communication: 13 blocking all-reduces a step (Megatron's 8 + the vocabulary
+ends' 5) against DP2's one bucket. An earlier pass at the same settings (6 rounds, one profiled run per arm,
+load ≈ 22) gave compute 206 / 190 / 121 ms and exposed comm 44 / 117 / 107 ms for the same three arms.
 """
 from __future__ import annotations
 
