@@ -26,13 +26,19 @@ def test_tp_splits_the_blocks_not_the_head_and_issues_four_all_reduces_per_block
     cfg = mp.mp_config(BASE, "tp", 2)
     assert (cfg.tp, cfg.pp, cfg.parallel) == (2, 1, "single")
     total = flops.hardware_flops_per_token(cfg.model_config.shape())
-    (f,) = mp.rank_flops_per_token(cfg)
-    assert f == pytest.approx((total - _head(cfg)) / 2 + _head(cfg))
+    (whole,) = mp.rank_flops_per_token(cfg.replace(vocab_parallel=False))     # the older plan: head on every rank
+    assert whole == pytest.approx((total - _head(cfg)) / 2 + _head(cfg))
+    (f,) = mp.rank_flops_per_token(cfg)                        # the vocabulary-parallel head: split too
+    assert f == pytest.approx(total / 2)
     pr = mp.predict_mp_step(cfg, 2, flops_per_s=RATE, tp_all_reduce=AR2)
     act = 2 * 128 * 256 * 4                                   # b·s·h fp32 bytes
     assert pr.n_tp_all_reduce == predicted_collectives(cfg)["tp_all_reduce"] == 4 * 4 * 4
     assert pr.act_bytes == act and pr.pp_s == pr.bubble_s == 0 and pr.n_pp_sends == 0
-    assert pr.tp_s == pytest.approx(64 * ring_time("all_reduce", act, 2, alpha=2e-4, beta=1e-9))
+    ar = ring_time("all_reduce", act, 2, alpha=2e-4, beta=1e-9)
+    ends = 4 * (2 * ar + 3 * ring_time("all_reduce", act // 256, 2, alpha=2e-4, beta=1e-9))   # 5 per micro-batch
+    assert pr.tp_s == pytest.approx(64 * ar + ends)
+    old = mp.predict_mp_step(cfg.replace(vocab_parallel=False), 2, flops_per_s=RATE, tp_all_reduce=AR2)
+    assert old.tp_s == pytest.approx(64 * ar) and old.compute_s > pr.compute_s
     assert pr.compute_s == pytest.approx(4 * f * 2 * 128 / RATE)
     assert pr.step_s == pytest.approx(pr.compute_s + pr.tp_s)
     four = mp.predict_mp_step(mp.mp_config(BASE, "tp", 4), 4, flops_per_s=RATE, tp_all_reduce=AR4)

@@ -99,9 +99,9 @@ def test_a_tp_rank_computes_its_local_shard_with_the_layernorms_whole():
     assert blk(x).shape == x.shape                                        # n_heads/2 heads read from qkv's width
     parts = PartTimes(0.002, 0.030, 0.040, 4, block_tp_s=((2, 0.021),))
     (share,) = rank_time_shares(BASE.replace(tp=2), parts)
-    assert share == pytest.approx((4 * 0.021 + 0.002 + 0.040) / parts.model_s)   # measured shard, not block / 2
-    (four,) = rank_time_shares(BASE.replace(tp=4), parts)                          # not measured: block / tp
-    assert four == pytest.approx((4 * 0.030 / 4 + 0.042) / parts.model_s)
+    assert share == pytest.approx((4 * 0.021 + 0.002 + 0.040 / 2) / parts.model_s)  # measured shard, not block / 2;
+    (four,) = rank_time_shares(BASE.replace(tp=4), parts)           # the vocab-parallel tail / tp. Not measured: block / tp
+    assert four == pytest.approx((4 * 0.030 / 4 + 0.002 + 0.040 / 4) / parts.model_s)
     assert "tp=2 local shard 21.0 ms (70% of the block, not 50%)" in parts.format()
     with pytest.raises(ValueError, match="tp=3"):
         shard_block(mc, 3)

@@ -25,8 +25,10 @@ def test_shares_follow_the_trainers_cut():
     assert pp2 == pytest.approx([(2 * 0.030 + 0.002) / 0.162, (2 * 0.030 + 0.040) / 0.162]) and sum(pp2) == pytest.approx(1)
     pp4 = rank_time_shares(BASE.replace(pp=4), PARTS)
     assert pp4 == pytest.approx([0.032 / 0.162, 0.030 / 0.162, 0.030 / 0.162, 0.070 / 0.162])
-    (tp2,) = rank_time_shares(BASE.replace(tp=2), PARTS)                         # blocks halved, the rest whole
-    assert tp2 == pytest.approx((4 * 0.030 / 2 + 0.002 + 0.040) / 0.162)
+    (tp2,) = rank_time_shares(BASE.replace(tp=2), PARTS)          # blocks and the vocab-parallel tail halved
+    assert tp2 == pytest.approx((4 * 0.030 / 2 + 0.002 + 0.040 / 2) / 0.162)
+    (whole,) = rank_time_shares(BASE.replace(tp=2, vocab_parallel=False), PARTS)    # the head whole on each rank
+    assert whole == pytest.approx((4 * 0.030 / 2 + 0.002 + 0.040) / 0.162)
     v2 = rank_time_shares(BASE.replace(pp=2, virtual_stages=2, pp_schedule="interleaved1f1b"), PARTS)
     assert v2 == pytest.approx([(0.060 + 0.002) / 0.162, (0.060 + 0.040) / 0.162])   # stages 0,2 and 1,3
     assert "tail (norm, head, loss) 40.0 ms" in PARTS.format() and "25% of the time" in PARTS.format()

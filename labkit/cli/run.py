@@ -55,6 +55,8 @@ def register(subparsers) -> None:
     p.add_argument("--moe-aux-loss", type=float, default=0.0, help="with --moe-experts: balance-loss weight")
     p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks, sharing the dp ranks (chapter 26)")
     p.add_argument("--sequence-parallel", action="store_true", help="with --tp: split activations along the sequence")
+    p.add_argument("--head-whole", action="store_true",
+                   help="with --tp: keep the tied embedding/head and the loss whole on every rank (not vocabulary-parallel)")
     p.add_argument("--cp", type=int, default=1, help="context-parallel ranks sharing each sequence: ring attention "
                    "(chapter 26; needs --parallel ddp or fsdp, the default with more ranks)")
     p.add_argument("--cp-contiguous", action="store_true",
@@ -125,7 +127,7 @@ def handle(args) -> int:
     layout = (f" tp{args.tp} pp{args.pp}" if model_par > 1 else "") + (f" cp{args.cp}" if args.cp > 1 else "")
     cfg = TrainConfig(model=args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, accum=accum,
                       tp=args.tp, pp=args.pp, pp_schedule=args.pp_schedule, virtual_stages=args.virtual_stages,
-                      sequence_parallel=args.sequence_parallel, cp=args.cp, cp_balanced=not args.cp_contiguous,
+                      sequence_parallel=args.sequence_parallel, vocab_parallel=not args.head_whole, cp=args.cp, cp_balanced=not args.cp_contiguous,
                       moe_experts=args.moe_experts,
                       moe_top_k=args.moe_top_k, moe_aux_loss=args.moe_aux_loss, ep=args.ep,
                       steps=args.steps, warmup_steps=args.warmup_steps, dtype=args.dtype, parallel=parallel,

@@ -10,10 +10,14 @@ and which collectives one step issues (chapter 24).
 - :func:`predicted_collectives` — the counts the model behind :func:`labkit.perf.predict` prices: Megatron's
   4 all-reduces per block and micro-batch for TP (Shoeybi et al. 2019 §3: 2 forward, 2 backward), and
   2·v·m activation/gradient transfers per pipeline rank (one send or receive per micro-batch, virtual
-  stage and direction; Narayanan et al. 2021 §2.2).
+  stage and direction; Narayanan et al. 2021 §2.2); apart, the vocabulary-parallel ends' all-reduces
+  (``vocab_parallel``, :mod:`labkit.train.tensor_parallel`): 1 per micro-batch where the embedding is (its
+  partial lookups summed), 4 where the head is (the loss's max, sum of exponentials and target logit;
+  the head input's gradient in backward).
 - :func:`held_params` — the parameters per rank the model assumes (everything ÷ tp·pp, embeddings split
-  evenly) next to the rule of labkit's GPT (only the blocks' linear layers are split by TP; the first
-  pipeline stage holds the embeddings, the last a copy of the tied head).
+  evenly) next to the rule of labkit's GPT (the blocks' linear layers split by TP, and the tied
+  embedding/head on the vocabulary with ``vocab_parallel``; the first pipeline stage holds the embeddings,
+  the last a copy of the tied head).
 
 Taught in chapter 24 (choosing a parallel layout).
 """
@@ -73,7 +77,10 @@ def trace_collectives(folder) -> dict:
 def predicted_collectives(cfg) -> dict:
     """Collectives per rank and step that the layout's model parallelism issues, by the papers' counts:
     ``tp_all_reduce`` = 4 · blocks per stage · m (tp > 1, no sequence parallelism), ``pp_send`` =
-    ``pp_recv`` = v · m (pp > 1), m = ``cfg.accum`` micro-batches. Taught in chapter 24."""
+    ``pp_recv`` = v · m (pp > 1), m = ``cfg.accum`` micro-batches; with tp > 1 and ``vocab_parallel``,
+    ``tp_vocab_all_reduce`` = 5·m when one stage holds both ends (pp = 1: the embedding's 1, the loss's 3 and
+    the head input gradient's 1 per micro-batch), else ``tp_vocab_all_reduce_first`` = m and
+    ``tp_vocab_all_reduce_last`` = 4·m for the ranks of the first and last stage. Taught in chapter 24."""
     from labkit.train import TrainConfig
 
     if not isinstance(cfg, TrainConfig):
@@ -85,6 +92,10 @@ def predicted_collectives(cfg) -> dict:
     out = {}
     if cfg.tp > 1:
         out["tp_all_reduce"] = 4 * (blocks // cfg.pp) * m
+        if cfg.vocab_parallel and cfg.pp == 1:
+            out["tp_vocab_all_reduce"] = 5 * m
+        elif cfg.vocab_parallel:
+            out["tp_vocab_all_reduce_first"], out["tp_vocab_all_reduce_last"] = m, 4 * m
     if cfg.pp > 1:
         out["pp_send"] = out["pp_recv"] = cfg.virtual_stages * m
     return out
@@ -93,8 +104,9 @@ def predicted_collectives(cfg) -> dict:
 def held_params(cfg) -> dict:
     """Parameters per rank for ``cfg``'s tp and pp: ``"model"`` — the performance model's assumption
     (all ÷ tp·pp); ``"blocks split"`` — labkit's GPT as the trainer splits it, for the rank that holds the
-    most (TP splits the blocks' linear weights and column-split biases; norms, row-split biases and the
-    embeddings stay whole; with pp the first stage holds the embeddings, the last the tied head's copy).
+    most (TP splits the blocks' linear weights and column-split biases, and with ``vocab_parallel`` the tied
+    token embedding/head by vocabulary rows; norms, row-split biases and the position embedding stay whole;
+    with pp the first stage holds the embeddings, the last the tied head's copy).
     Taught in chapter 24."""
     import torch
 
@@ -113,7 +125,8 @@ def held_params(cfg) -> dict:
         return n
 
     per_block = [block(b) for b in gpt.blocks]
-    emb = gpt.tok_emb.weight.numel() + gpt.pos_emb.weight.numel()
+    tied = gpt.tok_emb.weight.numel() // (cfg.tp if cfg.tp > 1 and cfg.vocab_parallel else 1)
+    emb = tied + gpt.pos_emb.weight.numel()
     tail = sum(p.numel() for n, p in gpt.named_parameters() if n.startswith("ln_f"))
     spans = split_layers(len(per_block), cfg.pp)
     stages = []
@@ -121,6 +134,6 @@ def held_params(cfg) -> dict:
         n = sum(per_block[a:b])
         n += emb if k == 0 else 0
         if k == len(spans) - 1:
-            n += tail + (gpt.tok_emb.weight.numel() if cfg.pp > 1 else 0)
+            n += tail + (tied if cfg.pp > 1 else 0)
         stages.append(n)
     return {"model": total / (cfg.tp * cfg.pp), "blocks split": max(stages), "stages": stages, "total": total}

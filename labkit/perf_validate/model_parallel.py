@@ -6,15 +6,19 @@ The terms are what :func:`labkit.train.train` does on gloo with ``tp``/``pp`` > 
 sequences of s tokens (h = d_model, 4-byte fp32 activations):
 
 - **compute**: the rank's hardware FLOPs at the rate N plain ranks keep computing at once (the same
-  calibration as the DDP/FSDP2 cells). TP splits only the blocks (Megatron's column/row split of qkv, proj,
-  fc, proj); the embeddings, final norm and the tied head stay whole on every TP rank. PP cuts the blocks
+  calibration as the DDP/FSDP2 cells). TP splits the blocks (Megatron's column/row split of qkv, proj,
+  fc, proj) and, with ``vocab_parallel`` (the trainer's default), the tied head and its loss over the
+  vocabulary (:mod:`labkit.train.tensor_parallel`): 6·V·h/tp per token on each TP rank; with
+  ``vocab_parallel=False`` the head stays whole on every TP rank. PP cuts the blocks
   into p·v consecutive chunks (:func:`labkit.train.pipeline.split_layers`), the first chunk also runs the
   embeddings, the last the head: the slowest rank sets the pace, m of its micro-batches per step. With
   measured part times (:mod:`labkit.perf_validate.stage_times`) each rank's share of the whole model's
   seconds is its parts' measured share, not its FLOPs' share (the head is half the small GPT's FLOPs, not
   half its time): t_mb(rank) = share(rank) × the whole model's micro-batch at the calibrated rate.
 - **TP all-reduces**: 4 per block and micro-batch (2 forward, 2 backward: Shoeybi et al. 2019 §3), each of
-  b·s·h·4 bytes, priced with the gloo all-reduce α–β fitted on tp ranks.
+  b·s·h·4 bytes, priced with the gloo all-reduce α–β fitted on tp ranks; with ``vocab_parallel`` also, per
+  micro-batch, the embedding's and the head input gradient's (b·s·h·4 bytes each, on the first and last
+  stage) and the loss's 3 of b·s·4 bytes (last stage) — priced apart from the block cycle below.
 - **TP cycle**: everything tensor parallelism adds to a block beyond its local shard's arithmetic — the 4
   all-reduces, DTensor's dispatch and redistributions around them, and the wait at each one when ranks compute
   between them — per Megatron column/row pair (2 per block) and micro-batch: pairs × m × (a + b·b·s·h·4), a and b
@@ -66,7 +70,8 @@ def mp_config(cfg, kind: str, nranks: int):
 def rank_flops_per_token(cfg) -> list:
     """Hardware FLOPs per token of the step's global batch that each pipeline rank executes (one entry per pp
     rank; TP ranks of a stage execute the same): blocks ÷ tp on the rank's stages, plus the embeddings' and
-    head's share on the ranks holding the first and last chunk (whole on every TP rank). PaLM's count,
+    head's share on the ranks holding the first and last chunk (the head ÷ tp with ``vocab_parallel``, else
+    whole on every TP rank). PaLM's count,
     as the calibrated rate. Taught in chapter 24."""
     from labkit import flops
     from labkit.train.pipeline import split_layers, stage_indices
@@ -74,13 +79,14 @@ def rank_flops_per_token(cfg) -> list:
     shape = cfg.model_config.shape()
     total = flops.hardware_flops_per_token(shape, recompute=cfg.recompute)
     head = 6.0 * shape.vocab_size * shape.d_model          # the tied head's 6·V·h of 6N (the lookup costs none)
+    split = cfg.tp if cfg.tp > 1 and cfg.vocab_parallel else 1      # the vocabulary-parallel head: V/tp per rank
     per_block = (total - head) / shape.n_layers
     spans = split_layers(shape.n_layers, cfg.pp * cfg.virtual_stages)
     out = []
     for r in range(cfg.pp):
         here = stage_indices(r, cfg.pp, cfg.virtual_stages)
         blocks = sum(spans[k][1] - spans[k][0] for k in here)
-        out.append(blocks * per_block / cfg.tp + (head if len(spans) - 1 in here else 0.0))
+        out.append(blocks * per_block / cfg.tp + (head / split if len(spans) - 1 in here else 0.0))
     return out
 
 
@@ -177,6 +183,15 @@ def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None,
     pairs = 2 * max(hi - lo for lo, hi in _rank_blocks(cfg)) if cfg.tp > 1 else 0     # qkv→proj, fc→proj
     n_ar = 2 * pairs * m
     tp_s = n_ar * _ring(tp_all_reduce, "all_reduce", act, cfg.tp) if n_ar else 0.0
+    if cfg.tp > 1 and cfg.vocab_parallel:       # the vocabulary-parallel ends, outside the blocks' cycle
+        from labkit.train.pipeline import stage_indices
+
+        held = [stage_indices(r, cfg.pp, v) for r in range(cfg.pp)]
+        ends = [(0 in h, cfg.pp * v - 1 in h) for h in held]      # holds the embedding / the head
+        tp_s += m * max(first * _ring(tp_all_reduce, "all_reduce", act, cfg.tp)
+                        + last * (_ring(tp_all_reduce, "all_reduce", act, cfg.tp)
+                                  + 3 * _ring(tp_all_reduce, "all_reduce", act // mc.d_model, cfg.tp))
+                        for first, last in ends)
     tp_o = 0.0
     if pairs and tp_cycle is not None:
         from labkit.perf_validate.tp_cycle import TPCycle
@@ -187,7 +202,7 @@ def predict_mp_step(cfg, nranks: int, *, flops_per_s: float, tp_all_reduce=None,
     n_send = 2 * v * m if cfg.pp > 1 else 0
     pp_s = 0.0
     if n_send:
-        tied = mc.vocab_size * mc.d_model * 4                 # replicated on TP ranks: the whole table
+        tied = mc.vocab_size * mc.d_model * 4 // (cfg.tp if cfg.tp > 1 and cfg.vocab_parallel else 1)   # this rank's rows
         pp_s = n_send * _ring(send_recv, "send_recv", act, 2) + _ring(pp_all_reduce, "all_reduce", tied, cfg.pp)
     return MPStepPrediction(kind="tpxpp" if cfg.tp > 1 and cfg.pp > 1 else ("tp" if cfg.tp > 1 else "pp"),
                             nranks=n, tp=cfg.tp, pp=cfg.pp, micro_batches=m, compute_s=compute, bubble_s=bubble,

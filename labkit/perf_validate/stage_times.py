@@ -64,7 +64,9 @@ class PartTimes:
 
 def rank_time_shares(cfg, parts: PartTimes) -> list:
     """Per pipeline rank of ``cfg`` (tp, pp, virtual stages as the trainer cuts them), its share of a whole
-    model's forward + backward time (module docstring); TP ranks of a stage share alike. Taught in chapter 24."""
+    model's forward + backward time (module docstring); TP ranks of a stage share alike; with tp > 1 and
+    ``vocab_parallel`` the tail (head and loss split over the vocabulary) counts 1/tp — its FLOPs' share, not a
+    measured local shard as ``block_tp_s`` is for a block. Taught in chapter 24."""
     from labkit.train.pipeline import split_layers, stage_indices
 
     if not isinstance(parts, PartTimes):
@@ -77,7 +79,8 @@ def rank_time_shares(cfg, parts: PartTimes) -> list:
     for r in range(cfg.pp):
         here = stage_indices(r, cfg.pp, cfg.virtual_stages)
         t = sum(spans[k][1] - spans[k][0] for k in here) * parts.block_shard_s(cfg.tp)
-        t += (parts.embed_s if 0 in here else 0.0) + (parts.tail_s if len(spans) - 1 in here else 0.0)
+        tail = parts.tail_s / (cfg.tp if cfg.vocab_parallel else 1)     # the vocabulary-parallel head and loss
+        t += (parts.embed_s if 0 in here else 0.0) + (tail if len(spans) - 1 in here else 0.0)
         out.append(t / parts.model_s)
     return out
 

@@ -279,6 +279,8 @@ class AdaptiveRun:
         """Mean loss on the held-out windows (eval mode, no gradients); ``weights`` swapped in for it."""
         import torch
 
+        from labkit.train.tensor_parallel import local_loss, loss_context
+
         net = self._module() if weights is not None else self.model
         params = list(self._module().parameters())
         saved = [p.detach().clone() for p in params] if weights is not None else None
@@ -290,9 +292,9 @@ class AdaptiveRun:
                 if weights is not None:
                     for p, w in zip(params, weights, strict=True):
                         p.copy_(w)
-                with self._autocast():
+                with self._autocast(), loss_context(net):     # tp: the vocabulary-parallel loss
                     _, loss = net(x, y)
-                return float(loss.float())
+                return float(local_loss(loss).float())
         finally:
             if saved is not None:
                 with torch.no_grad():

@@ -156,6 +156,7 @@ class TrainConfig:
     pp_schedule: str = "1f1b"           # one of PP_SCHEDULES
     virtual_stages: int = 1             # model chunks per pipeline rank (interleaved1f1b: ≥ 2)
     sequence_parallel: bool = False     # with tp > 1: activations between TP regions split along the sequence
+    vocab_parallel: bool = True         # with tp > 1: the tied embedding/head and the loss split over the vocabulary
     # context parallelism (chapter 26, labkit.train.context_parallel): each sequence split over cp ranks
     cp: int = 1                         # ranks sharing one sequence; attention by a ring (labkit.ring_attention)
     cp_balanced: bool = True            # rank r holds chunks r and 2cp−1−r (causal load balancing)

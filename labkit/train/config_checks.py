@@ -18,12 +18,16 @@ def check_model_parallel(cfg, bad) -> None:
     for name in ("tp", "pp", "virtual_stages"):
         checks.count(f"TrainConfig.{name}", getattr(cfg, name))
     checks.flag("TrainConfig.sequence_parallel", cfg.sequence_parallel)
+    checks.flag("TrainConfig.vocab_parallel", cfg.vocab_parallel)
     if cfg.pp_schedule not in PP_SCHEDULES:
         bad("pp_schedule", f"choose one of {PP_SCHEDULES}")
     m = cfg.model_config
     if cfg.tp > 1 and (m.n_heads % cfg.tp or m.ff % cfg.tp):
         bad("tp", f"n_heads={m.n_heads} and d_ff={m.ff} of model {cfg.model!r} must both be divisible by tp "
             "(each rank holds whole heads and an equal slice of the MLP)")
+    if cfg.tp > 1 and cfg.vocab_parallel and m.vocab_size % cfg.tp:
+        bad("vocab_parallel", f"the vocabulary-parallel head needs vocab_size={m.vocab_size} of model {cfg.model!r} "
+            f"divisible by tp={cfg.tp} (pad the vocabulary, as Megatron does, or vocab_parallel=False)")
     if cfg.sequence_parallel and cfg.tp == 1:
         bad("sequence_parallel", "sequence parallelism splits the activations of tensor-parallel ranks: it needs tp ≥ 2")
     if cfg.sequence_parallel and cfg.pp > 1:

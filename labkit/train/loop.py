@@ -19,7 +19,8 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
 
 With ``pp`` > 1 (chapter 24) the pipeline schedule's ``step`` takes the place of the forward/backward of the
 ``accum`` micro-batches (:func:`labkit.train.pipeline.step`: phases ``data``, ``pipeline``, ``comm``) — the same
-loop, data, optimizer and record; with ``tp`` > 1 the model's blocks are split but the loop is unchanged.
+loop, data, optimizer and record; with ``tp`` > 1 the model's blocks are split and each micro-batch's forward and
+backward run under :func:`labkit.train.tensor_parallel.loss_context` (the vocabulary-parallel cross-entropy).
 With ``moe_experts`` (chapter 26) the loop only adds, after each step's last backward, the expert-gradient
 reduction of ``ep`` > 1 and the step's routing counts (:func:`labkit.train.expert_parallel.after_backward`,
 ``record.extra["moe"]``).
@@ -53,6 +54,7 @@ from labkit.train import inject, report
 from labkit.train.config import TrainConfig
 from labkit.train.optim import build_optimizer
 from labkit.train.parallel import parallelize, sync_context, world
+from labkit.train.tensor_parallel import local_loss, loss_context
 
 
 def _device(cfg: TrainConfig):
@@ -129,13 +131,13 @@ def forward_backward(model, micro_batches, cfg: TrainConfig, device, meter=None,
             x, y = next(micro_batches)
             x = x.to(device, non_blocking=True)
             y = y.to(device, non_blocking=True)
-        with sync_context(model, cfg, last=j == k - 1):
+        with sync_context(model, cfg, last=j == k - 1), loss_context(model):   # tp: the vocab-parallel loss
             with phase("forward"), _autocast(cfg, device):
                 _, loss = model(x, y)
                 loss = loss / k
             with phase("backward"):
                 (scaler.scale(loss) if scaler is not None else loss).backward()
-        total += loss.detach().float()
+        total += local_loss(loss).detach().float()
     return total
 
 

@@ -125,7 +125,8 @@ def _model_parallel(model, cfg, device, n: int):
     if cfg.tp > 1:
         from labkit.train.tensor_parallel import apply_tensor_parallel
 
-        apply_tensor_parallel(model, mesh["tp"], sequence_parallel=cfg.sequence_parallel)
+        apply_tensor_parallel(model, mesh["tp"], sequence_parallel=cfg.sequence_parallel,
+                              vocab_parallel=cfg.vocab_parallel)
     if shape["cp"] > 1:               # chapter 26: the ring over cp, on this rank's n_heads/tp heads
         from labkit.train.context_parallel import apply_context_parallel
 
@@ -141,7 +142,11 @@ def _model_parallel(model, cfg, device, n: int):
             if cfg.tp > 1:   # DDP does not take DTensor parameters: torch's TP+DDP bridge hands it the shards
                 from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
 
+                from labkit.train.tensor_parallel import untie_for_ddp
+
+                retie = untie_for_ddp(part)   # the bridge localises each parameter once: the head rejoins by a hook
                 _pre_dp_module_transform(part)
+                retie()
             part = DDP(part, process_group=dp_mesh.get_group(), bucket_cap_mb=cfg.bucket_cap_mb,
                        device_ids=[device] if device.type == "cuda" else None,
                        find_unused_parameters=cfg.pp > 1)   # pp: no bucket rebuild (one backward per micro-batch)

@@ -97,6 +97,7 @@ class Pipelined(nn.Module):
         self.stages = nn.ModuleList(stages)
         self.schedule, self.pp_group = schedule, pp_group
         self.holds_first, self.holds_last, self.tied = holds_first, holds_last, tied
+        self.loss_parallel = False        # the gpt's vocabulary-parallel head (tp > 1): set by build
 
     def forward(self, *args, **kwargs):
         raise RuntimeError("a pipelined model runs through its schedule (labkit.train.pipeline.step), not forward()")
@@ -158,8 +159,10 @@ def build(gpt, cfg, mesh, device, wrap, dp_mesh=None):
     else:
         kind = ScheduleGPipe if cfg.pp_schedule == "gpipe" else Schedule1F1B
         schedule = kind(stages[0], n_microbatches=cfg.accum, loss_fn=loss, scale_grads=False)
-    return Pipelined(modules, schedule, pp_group=group, holds_first=0 in here, holds_last=n_stages - 1 in here,
-                     tied=_tied_here(modules, gpt, cfg, mesh["dp"] if dp_mesh is None else dp_mesh))
+    out = Pipelined(modules, schedule, pp_group=group, holds_first=0 in here, holds_last=n_stages - 1 in here,
+                    tied=_tied_here(modules, gpt, cfg, mesh["dp"] if dp_mesh is None else dp_mesh))
+    out.loss_parallel = getattr(gpt, "loss_parallel", False)    # the last stage's loss under loss_parallel
+    return out
 
 
 def _tied_here(modules, gpt, cfg, dp):
@@ -205,6 +208,8 @@ def step(model, micro_batches, cfg, device, phase, autocast):
     import torch
     from torch.profiler import record_function
 
+    from labkit.train.tensor_parallel import local_loss, loss_context
+
     xs, ys = [], []
     with phase("data"):
         for _ in range(cfg.accum):
@@ -213,11 +218,11 @@ def step(model, micro_batches, cfg, device, phase, autocast):
             ys.append(y.to(device, non_blocking=True))
     args = (torch.cat(xs),) if model.holds_first else ()
     losses: list = []
-    with phase("pipeline"), record_function("labkit:pipeline"), autocast:     # the range labkit.trace.pipeline reads
+    with phase("pipeline"), record_function("labkit:pipeline"), autocast, loss_context(model):   # read by labkit.trace.pipeline
         model.schedule.step(*args, target=torch.cat(ys) if model.holds_last else None, losses=losses)
     with phase("comm"):
         sync_tied(model)
     total = torch.zeros((), device=device)
     for loss in losses:
-        total += loss.detach().float()
+        total += local_loss(loss).detach().float()
     return total
