@@ -241,7 +241,7 @@ def grade_one(lab: Lab, sub: Path, student: str, out: Path, cfg: GradeConfig) ->
     results = _checks(lab, work / "work", private, cfg, submitted=sub)
     fb["checks_s"] = round(time.perf_counter() - t1, 2)
     fb["questions"] = _score(lab, results, report)
-    fb["answers"] = _answer_facts(lab, work / "work")
+    fb["answers"] = summary.answer_facts(lab, work / "work")   # the families named, for the class report
     fb["score"] = round(sum(q["score"] for q in fb["questions"].values()), 6)
     st = fb["structure"]
     if st["missing"]:
@@ -258,24 +258,6 @@ def grade_one(lab: Lab, sub: Path, student: str, out: Path, cfg: GradeConfig) ->
     fb["seconds"] = round(time.perf_counter() - t0, 2)
     fb["complete"] = True
     return fb
-
-
-def _answer_facts(lab: Lab, work_root: Path, limit_bytes: int = 2**20) -> dict:
-    """The bottleneck family each question's recorded answer names (``answer["family"]``, lab02 q3, lab12 q1),
-    kept in the feedback so the class report (:mod:`labkit.grading.summary`) can say which wrong families were
-    named without the work folders. Learner-written data: read, truncated, never trusted for a point."""
-    facts = {}
-    for q in lab.questions:
-        path = work_root / "evidence" / lab.id / f"{q.id}.json"
-        try:
-            if path.stat().st_size > limit_bytes:
-                continue
-            ans = json.loads(path.read_text()).get("answer")
-        except (OSError, ValueError, AttributeError, RecursionError):
-            continue
-        if isinstance(ans, dict) and isinstance(ans.get("family"), str):
-            facts[q.id] = {"family": ans["family"][:60]}
-    return facts
 
 
 def _summarise(report: dict) -> dict:

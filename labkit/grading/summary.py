@@ -34,7 +34,7 @@ from pathlib import Path
 from labkit.grading.gradebook import FIXED_COLUMNS
 from labkit.record import atomic_write_text
 
-__all__ = ["load", "summarize", "render", "plot", "write_summary"]
+__all__ = ["answer_facts", "load", "summarize", "render", "plot", "write_summary"]
 
 _NUM = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\w)")
 _FAMILY_MSG = re.compile(r"'([^'\n]{1,60})' is not the family")
@@ -62,6 +62,25 @@ def load(out) -> tuple[list[str], list[dict], dict[str, dict]]:
         if isinstance(fb, dict) and fb.get("student"):
             records[str(fb["student"])] = fb
     return qids, rows, records
+
+
+def answer_facts(lab, work_root, limit_bytes: int = 2**20) -> dict:
+    """Question → ``{"family": …}`` for each recorded answer of ``lab`` under ``work_root`` that names a
+    bottleneck family (``answer["family"]``: lab02 q3, lab12 q1). The grader keeps it in the feedback record so
+    this report can name the wrong families without the work folders. Learner-written data: read with a size
+    limit, truncated, never used for a point."""
+    facts = {}
+    for q in lab.questions:
+        path = Path(work_root) / "evidence" / lab.id / f"{q.id}.json"
+        try:
+            if path.stat().st_size > limit_bytes:
+                continue
+            ans = json.loads(path.read_text()).get("answer")
+        except (OSError, ValueError, AttributeError, RecursionError):
+            continue
+        if isinstance(ans, dict) and isinstance(ans.get("family"), str):
+            facts[q.id] = {"family": ans["family"][:60]}
+    return facts
 
 
 def _float(x) -> float:
