@@ -72,7 +72,8 @@ def _records():
 
 
 def test_summary_pass_rates_ranking_families_timeouts_and_copies(tmp_path):
-    _class(tmp_path, _records())
+    stopped = dict(_fb("fay", {"q1": 0, "q2": 0, "q3": 0}, {}), complete=False, status="labkit-modified")
+    _class(tmp_path, _records() + [stopped])
     s = summarize(tmp_path)
     q = {x["id"]: x for x in s["questions"]}
     assert (s["n"], s["lab"]) == (5, "mini_lab")
@@ -88,11 +89,13 @@ def test_summary_pass_rates_ranking_families_timeouts_and_copies(tmp_path):
     assert t["student"] == "eve" and t["finished_points"] == 4.0
     assert t["questions"]["q3"] == {"finished": False, "score": 0.0, "max": 1.0}
     assert s["identical"] == [["ann", "ben"]]
+    assert s["incomplete"] == ["fay (labkit-modified)"]            # not in the gradebook, not counted
     md = (write_summary(tmp_path)).read_text()
     assert "| q1 | 2 | 4 (80%) | 0 | 1 | 1.60 |" in md
     assert "| memory | 2 | q3 | cat, dan |" in md
     assert "| eve | 4 / 5 | q1 (2/2), q2 (2/2) | q3 | notebook time limit (60 s) reached |" in md
     assert "identical notebooks: ann, ben" in md
+    assert "the next run regrades them): fay (labkit-modified)" in md
     png = tmp_path / "summary.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
@@ -160,33 +163,49 @@ def test_each_gradebook_row_has_its_own_grading_time(tmp_path, monkeypatch):
     assert "3 submissions" in (tmp_path / "out" / "summary.md").read_text()
 
 
+def _looping(qid: str):
+    """The instructor's mini lab with an endless loop at the top of ``qid``'s answer cell."""
+    nb = nbformat.read(MINI / "mini_lab.ipynb", as_version=4)
+    for cell in nb.cells:
+        if (cell.metadata.get("labkit") or {}).get("id") == qid:
+            cell.source = "while True:   # never finishes\n    pass\n" + cell.source
+    return nb
+
+
 @pytest.mark.slow
 def test_a_small_class_graded_end_to_end(tmp_path):
-    """Real mini-lab submissions: a timed-out notebook keeps the points of the cells that finished."""
+    """Real mini-lab submissions: a notebook stopped by a cell's time limit, or by the notebook's, keeps the
+    points of the questions whose cells finished; the class report says so."""
     lab = load_lab(MINI)
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "teacher.ipynb").write_bytes((MINI / "mini_lab.ipynb").read_bytes())
     nbformat.write(learner_notebook(lab), subs / "untouched.ipynb")
     (subs / "untouched_copy.ipynb").write_bytes((subs / "untouched.ipynb").read_bytes())
-    src = nbformat.read(MINI / "mini_lab.ipynb", as_version=4)
-    for cell in src.cells:
-        if (cell.metadata.get("labkit") or {}).get("id") == "q3":
-            cell.source = "while True:   # never finishes\n    pass\n" + cell.source
-    nbformat.write(src, subs / "looper.ipynb")
-    cfg = GradeConfig(limits=Limits(notebook_s=300, cell_s=25), workers=2, progress=False)
-    res = grade(MINI, [subs], tmp_path / "out", cfg)
+    nbformat.write(_looping("q3"), subs / "looper.ipynb")
+    out = tmp_path / "out"
+    res = grade(MINI, [subs], out, GradeConfig(limits=Limits(notebook_s=300, cell_s=25), workers=2, progress=False))
     scores = {r["student"]: float(r["score"]) for r in res.rows}
     assert scores == {"teacher": 5.0, "untouched": 0.0, "untouched_copy": 0.0, "looper": 4.0}
-    s = summarize(tmp_path / "out")
-    (t,) = s["timed_out"]
-    assert t["student"] == "looper" and t["finished_points"] == 4.0 and not t["questions"]["q3"]["finished"]
-    assert {q: v["finished"] for q, v in t["questions"].items()} == {"q1": True, "q2": True, "q3": False}
-    assert s["identical"] == [["untouched", "untouched_copy"]] and s["source_copies"] == ["looper", "teacher"]
-    assert {x["id"]: x["full"] for x in s["questions"]} == {"q1": 2, "q2": 2, "q3": 1}
-    md = (tmp_path / "out" / "summary.md").read_text()
-    assert "| looper | 4 / 5 | q1 (2/2), q2 (2/2) | q3 |" in md
-    fb = json.loads((tmp_path / "out" / "feedback" / "untouched.json").read_text())
+    # stuck in q2 until the notebook's own time limit kills the kernel: q1's evidence was recorded, its point stays
+    nbformat.write(_looping("q2"), tmp_path / "stuck.ipynb")
+    res = grade(MINI, [tmp_path / "stuck.ipynb"], out,
+                GradeConfig(limits=Limits(notebook_s=60, cell_s=300), progress=False))
+    stuck = json.loads((out / "feedback" / "stuck.json").read_text())
+    assert stuck["execution"]["deadline_hit"] and stuck["score"] == 2.0
+    s = summarize(out)
+    t = {x["student"]: x for x in s["timed_out"]}
+    assert sorted(t) == ["looper", "stuck"]
+    assert t["looper"]["finished_points"] == 4.0 and t["stuck"]["finished_points"] == 2.0
+    assert {q: v["finished"] for q, v in t["looper"]["questions"].items()} == {"q1": True, "q2": True, "q3": False}
+    assert {q: v["finished"] for q, v in t["stuck"]["questions"].items()} == {"q1": True, "q2": False, "q3": False}
+    assert "notebook time limit" in t["stuck"]["stopped"]
+    assert s["identical"] == [["untouched", "untouched_copy"]] and s["source_copies"] == ["looper", "stuck", "teacher"]
+    assert {x["id"]: x["full"] for x in s["questions"]} == {"q1": 3, "q2": 2, "q3": 1}
+    assert res.summary == out / "summary.md"
+    md = res.summary.read_text()
+    assert "| looper | 4 / 5 | q1 (2/2), q2 (2/2) | q3 |" in md and "| stuck | 2 / 5 | q1 (2/2) | q2, q3 |" in md
+    fb = json.loads((out / "feedback" / "untouched.json").read_text())
     assert next(r for r in res.rows if r["student"] == "untouched")["timestamp"] == fb["graded_at"]
     assert all(q["feedback"].startswith(f"{qid}:") for qid, q in fb["questions"].items())
-    assert (tmp_path / "out" / "summary.png").is_file()
+    assert (out / "summary.png").is_file()

@@ -96,6 +96,7 @@ class GradeResult:
     missing: list[str] = field(default_factory=list)     # in the roster, no submission
     replaced: dict = field(default_factory=dict)         # student -> earlier uploads their latest replaced
     passed_over: list = field(default_factory=list)      # (file, why) for every file found and not graded
+    summary: Path | None = None                          # the class report, out/summary.md
 
 
 # ---------------------------------------------------------------- submissions
@@ -421,12 +422,12 @@ def grade(lab, submissions, out, config: GradeConfig | None = None) -> GradeResu
     finally:
         bar.close()
     path, rows = write_gradebook(parsed, out)
-    summary.write_summary(out, parsed)      # grades/summary.md + summary.png, rebuilt from the feedback records
+    report = summary.write_summary(out, parsed)   # summary.md + summary.png, rebuilt from the feedback records
     unmatched = [n for n in mine if students[n].in_roster is False]
     missing = sorted(set(roster.ids) - set(students)) if roster else []
     replaced = {n: [p.name for p in students[n].replaced] for n in mine if students[n].replaced}
     return GradeResult(path, rows, sorted(graded), sorted(skipped), sorted(failed), unmatched, missing, replaced,
-                       passed_over)
+                       passed_over, report)
 
 
 def _write_passed_over(out: Path, passed_over) -> None:

@@ -16,7 +16,8 @@ What it says, per lab:
   cell finished and the points it earned: the executor keeps going past a failing cell and the checks run on
   whatever evidence was recorded, so a notebook stopped in q3 keeps q1 and q2's points;
 - identical submissions (same bytes: copied notebooks) and copies of the instructor's source;
-- statuses (unreadable, wrong-lab, …) and grader errors (not in the gradebook; regraded on the next run).
+- statuses (unreadable, wrong-lab, …) and the records not graded to the end (a grader error, labkit modified
+  on disk during the run: not in the gradebook; regraded on the next run).
 
 Nothing here decides a point: the scores are the gradebook's, the report counts them.
 
@@ -181,8 +182,8 @@ def summarize(out) -> dict:
         "timed_out": sorted(timeouts, key=lambda t: t["student"]),
         "identical": sorted(sorted(v) for v in copies.values() if len(v) > 1),
         "source_copies": sorted(r["student"] for r in rows if r.get("source_copy")),
-        "grader_errors": sorted(s for s, fb in records.items() if not fb.get("complete")
-                                and fb.get("lab") in (None, *labs) and s not in {r["student"] for r in rows}),
+        "incomplete": sorted(f"{s} ({fb.get('status')})" for s, fb in records.items() if not fb.get("complete")
+                             and fb.get("lab") in (None, *labs) and s not in {r["student"] for r in rows}),
     }
 
 
@@ -241,9 +242,9 @@ def render(s: dict, figure: str | None = "summary.png") -> str:
     lines += [f"- identical notebooks: {_md(_names(g))}" for g in s["identical"]] or ["- no two notebooks identical"]
     if s["source_copies"]:
         lines.append(f"- the instructor's source or its solutions: {_md(_names(s['source_copies']))}")
-    if s["grader_errors"]:
-        lines += ["", f"Grader errors (not in the gradebook; the next run regrades them): "
-                      f"{_md(_names(s['grader_errors']))}"]
+    if s["incomplete"]:
+        lines += ["", "Not graded to the end (not in the gradebook; the next run regrades them): "
+                      f"{_md(_names(s['incomplete']))}"]
     return "\n".join(lines) + "\n"
 
 
