@@ -83,7 +83,10 @@ def test_summary_pass_rates_ranking_families_timeouts_and_copies(tmp_path):
     ranked = [(c["id"], c["failed"]) for c in s["failed_checks"]]
     assert ranked[0] == ("q3-hidden", 3)                 # cat, dan, eve
     assert ranked[1:] == [("q2-ratio", 2), ("q1-hidden", 1), ("q2-hidden", 1)]
-    assert s["failed_checks"][1]["message"] == "q2: # is not #" and s["failed_checks"][1]["message_count"] == 2
+    assert s["failed_checks"][0]["messages"] == [("q3: '…' is not the family of mystery run #", 2),
+                                                 ("q3: no evidence recorded", 1)]
+    assert s["failed_checks"][1]["messages"] == [("q2: # is not #", 2)]
+    assert s["failed_checks"][3]["messages"] == [("q2: needs q1's evidence — q1: no run record in the evidence", 1)]
     assert s["families"] == [{"family": "memory", "count": 2, "students": ["cat", "dan"], "questions": ["q3"]}]
     (t,) = s["timed_out"]
     assert t["student"] == "eve" and t["finished_points"] == 4.0
@@ -94,6 +97,7 @@ def test_summary_pass_rates_ranking_families_timeouts_and_copies(tmp_path):
     assert "| q1 | 2 | 4 (80%) | 0 | 1 | 1.60 |" in md
     assert "| memory | 2 | q3 | cat, dan |" in md
     assert "| eve | 4 / 5 | q1 (2/2), q2 (2/2) | q3 | notebook time limit (60 s) reached |" in md
+    assert "| q3-hidden | q3 | 3 of 5 | q3: '…' is not the family of mystery run # (2×); q3: no evidence " in md
     assert "identical notebooks: ann, ben" in md
     assert "the next run regrades them): fay (labkit-modified)" in md
     png = tmp_path / "summary.png"
@@ -199,7 +203,7 @@ def test_a_small_class_graded_end_to_end(tmp_path):
     assert t["looper"]["finished_points"] == 4.0 and t["stuck"]["finished_points"] == 2.0
     assert {q: v["finished"] for q, v in t["looper"]["questions"].items()} == {"q1": True, "q2": True, "q3": False}
     assert {q: v["finished"] for q, v in t["stuck"]["questions"].items()} == {"q1": True, "q2": False, "q3": False}
-    assert "notebook time limit" in t["stuck"]["stopped"]
+    assert "notebook time limit" in t["stuck"]["stopped"] and t["looper"]["stopped"] == "cell q3 hit the cell time limit"
     assert s["identical"] == [["untouched", "untouched_copy"]] and s["source_copies"] == ["looper", "stuck", "teacher"]
     assert {x["id"]: x["full"] for x in s["questions"]} == {"q1": 3, "q2": 2, "q3": 1}
     assert res.summary == out / "summary.md"

@@ -8,8 +8,9 @@ check's result, what ran, the families named), so ``python -m labkit.grading.sum
 What it says, per lab:
 
 - per question: how many submissions earned full marks (pass rate), some of the points, none, and the mean;
-- the failed checks ranked by how many submissions failed them, each with its most frequent message
-  (numbers written as ``#``, so "q2: 0.31 is not …" and "q2: 0.27 is not …" count as one);
+- the failed checks ranked by how many submissions failed them, each with its most frequent messages
+  (numbers written as ``#`` and quoted values as ``'…'``, so "q2: 0.31 is not …" and "q2: 0.27 is not …" count
+  as one; a check that failed on another question's evidence said as its own question's, as in the feedback);
 - the wrong bottleneck families named (lab02 q3, lab12 q1): the family an answer named (recorded by the
   grader from the answer's ``family`` key) when a check of that question about the family failed, and how often;
 - submissions that timed out (the notebook's time limit, or a cell's) with, per question, whether its answer
@@ -32,12 +33,14 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from labkit.grading.feedback import row_messages
 from labkit.grading.gradebook import FIXED_COLUMNS
 from labkit.record import atomic_write_text
 
 __all__ = ["answer_facts", "load", "summarize", "render", "plot", "write_summary"]
 
 _NUM = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\w)")
+_QUOTED = re.compile(r"'[^'\n]{0,60}'")
 _FAMILY_MSG = re.compile(r"'([^'\n]{1,60})' is not the family")
 
 
@@ -89,6 +92,21 @@ def _float(x) -> float:
         return float(x)
     except (TypeError, ValueError):
         return 0.0
+
+
+def _pattern(qid: str, check: dict, qids) -> str:
+    """A failed check's message as a pattern: said as ``qid``'s (:func:`~labkit.grading.feedback.row_messages`),
+    numbers as ``#``, quoted values as ``'…'`` — so one check's failures group by what went wrong."""
+    text = (row_messages(qid, [dict(check, passed=False)], "message", questions=qids) or ["check failed"])[0]
+    return _QUOTED.sub("'…'", _NUM.sub("#", text))[:200]
+
+
+def _stopped(fb: dict) -> str:
+    ex = fb.get("execution") or {}
+    cell = next((c for c in ex.get("cells") or [] if c.get("timed_out")), None)
+    if ex.get("stopped"):
+        return str(ex["stopped"])
+    return f"cell {cell.get('id') or cell.get('index')} hit the cell time limit" if cell else "a cell timed out"
 
 
 def _finished(cells: list[dict]) -> bool:
@@ -151,7 +169,7 @@ def summarize(out) -> dict:
                 e["ran"] += 1
                 if not c.get("passed"):
                     e["failed"] += 1
-                    e["messages"][_NUM.sub("#", " ".join(str(c.get("message", "")).split()))[:160]] += 1
+                    e["messages"][_pattern(qid, c, qids)] += 1
         for qid, fam in wrong_families(fb).items():
             families[fam]["count"] += 1
             families[fam]["students"].append(st)
@@ -162,12 +180,12 @@ def summarize(out) -> dict:
                 per_q[qid] = {"finished": _finished(q.get("answer_cells") or []), "score": _float(q.get("score")),
                               "max": _float(q.get("max_score"))}
             timeouts.append({"student": st, "score": _float(r.get("score")), "max": _float(r.get("max_score")),
-                             "stopped": (fb.get("execution") or {}).get("stopped") or "a cell timed out",
+                             "stopped": _stopped(fb),
                              "questions": per_q,
                              "finished_points": sum(v["score"] for v in per_q.values() if v["finished"])})
     ranked = sorted((c for c in checks.values() if c["failed"]), key=lambda c: (-c["failed"], c["question"], c["id"]))
     for c in ranked:
-        c["message"], c["message_count"] = c.pop("messages").most_common(1)[0]
+        c["messages"] = c["messages"].most_common()
     scores = [_float(r.get("score")) for r in rows]
     return {
         "lab": labs[0] if labs else None, "n": n, "max_score": _float(rows[0].get("max_score")) if rows else 0.0,
@@ -214,10 +232,12 @@ def render(s: dict, figure: str | None = "summary.png") -> str:
                      f"| {q['mean']:.2f} |")
     lines += ["", "## Failed checks, most failed first", ""]
     if s["failed_checks"]:
-        lines += ["| check | question | failed | most frequent message (numbers as #) |", "|---|---|---|---|"]
+        lines += ["| check | question | failed | why, most frequent first (numbers as #, quoted values as '…') |",
+                  "|---|---|---|---|"]
         for c in s["failed_checks"]:
-            lines.append(f"| {_md(c['id'])} | {c['question']} | {c['failed']} of {c['ran']} | "
-                         f"{_md(c['message'])} ({c['message_count']}×) |")
+            why = "; ".join(f"{m} ({k}×)" for m, k in c["messages"][:3])
+            more = f"; {len(c['messages']) - 3} other message(s)" if len(c["messages"]) > 3 else ""
+            lines.append(f"| {_md(c['id'])} | {c['question']} | {c['failed']} of {c['ran']} | {_md(why + more)} |")
     else:
         lines.append("Every check passed in every graded submission.")
     lines += ["", "## Wrong bottleneck families named", ""]
