@@ -203,7 +203,7 @@ def test_a_small_class_graded_end_to_end(tmp_path):
     assert t["looper"]["finished_points"] == 4.0 and t["stuck"]["finished_points"] == 2.0
     assert {q: v["finished"] for q, v in t["looper"]["questions"].items()} == {"q1": True, "q2": True, "q3": False}
     assert {q: v["finished"] for q, v in t["stuck"]["questions"].items()} == {"q1": True, "q2": False, "q3": False}
-    assert "notebook time limit" in t["stuck"]["stopped"] and t["looper"]["stopped"] == "cell q3 hit the cell time limit"
+    assert t["stuck"]["stopped"] == "notebook time limit reached during cell q2" and t["looper"]["stopped"] == "cell q3 hit the cell time limit"
     assert s["identical"] == [["untouched", "untouched_copy"]] and s["source_copies"] == ["looper", "stuck", "teacher"]
     assert {x["id"]: x["full"] for x in s["questions"]} == {"q1": 3, "q2": 2, "q3": 1}
     assert res.summary == out / "summary.md"

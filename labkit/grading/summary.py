@@ -102,15 +102,23 @@ def _pattern(qid: str, check: dict, qids) -> str:
 
 
 def _stopped(fb: dict) -> str:
+    """What stopped the notebook, in words: the notebook's time limit (and in which cell), or a cell's."""
     ex = fb.get("execution") or {}
-    cell = next((c for c in ex.get("cells") or [] if c.get("timed_out")), None)
-    if ex.get("stopped"):
-        return str(ex["stopped"])
-    return f"cell {cell.get('id') or cell.get('index')} hit the cell time limit" if cell else "a cell timed out"
+    cells = ex.get("cells") or []
+    if ex.get("deadline_hit"):
+        said = str(ex.get("stopped") or "")
+        where = next((c for c in cells if c.get("stopped")), None)
+        return ((said if "time limit" in said else "notebook time limit reached")
+                + (f" during cell {where.get('id') or where.get('index')}" if where else ""))
+    cell = next((c for c in cells if c.get("timed_out")), None)
+    if cell:
+        return f"cell {cell.get('id') or cell.get('index')} hit the cell time limit"
+    return str(ex.get("stopped") or "a cell timed out")
 
 
 def _finished(cells: list[dict]) -> bool:
-    return bool(cells) and all(c.get("executed") and not c.get("error") and not c.get("timed_out") for c in cells)
+    return bool(cells) and all(c.get("executed") and not c.get("error") and not c.get("timed_out")
+                               and not c.get("stopped") for c in cells)
 
 
 def timed_out(fb: dict) -> bool:
