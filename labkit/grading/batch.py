@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.grading import feedback, sandbox
+from labkit.grading import feedback, sandbox, summary
 from labkit.grading.evidence import sha256_file
 from labkit.grading.gradebook import FIXED_COLUMNS, write_gradebook
 from labkit.grading.labfmt import Lab, learner_notebook, load_lab, other_lab, source_copy
@@ -96,6 +96,7 @@ class GradeResult:
     missing: list[str] = field(default_factory=list)     # in the roster, no submission
     replaced: dict = field(default_factory=dict)         # student -> earlier uploads their latest replaced
     passed_over: list = field(default_factory=list)      # (file, why) for every file found and not graded
+    summary: Path | None = None                          # the class report, out/summary.md
 
 
 # ---------------------------------------------------------------- submissions
@@ -160,6 +161,10 @@ def _run(cmd, *, cwd, env, limits: sandbox.Limits, timeout: float, log: Path) ->
                 sandbox.kill_tree(proc.pid)
 
 
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
 def _timestamp(path: Path) -> str:
     ts = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
     return ts.isoformat(timespec="seconds")
@@ -171,10 +176,10 @@ def grade_one(lab: Lab, sub: Path, student: str, out: Path, cfg: GradeConfig) ->
 
     t0 = time.perf_counter()
     lim = cfg.limits
-    fb = {"student": student, "lab": lab.id, "timestamp": _timestamp(sub), "submission": str(sub),
+    fb = {"student": student, "lab": lab.id, "timestamp": _now(), "submitted_mtime": _timestamp(sub),
+          "submission": str(sub),
           "submission_sha256": sha256_file(sub), "lab_sha256": lab.sha256, "grader_version": GRADER_VERSION,
-          "params": cfg.params, "max_score": lab.max_score, "score": 0.0, "status": "graded", "notes": [],
-          "graded_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+          "params": cfg.params, "max_score": lab.max_score, "score": 0.0, "status": "graded", "notes": []}
     private = out / ".grader" / student
     work = out / "work" / student
     for d in (private, work):
@@ -237,6 +242,7 @@ def grade_one(lab: Lab, sub: Path, student: str, out: Path, cfg: GradeConfig) ->
     results = _checks(lab, work / "work", private, cfg, submitted=sub)
     fb["checks_s"] = round(time.perf_counter() - t1, 2)
     fb["questions"] = _score(lab, results, report)
+    fb["answers"] = summary.answer_facts(lab, work / "work")   # the families named, for the class report
     fb["score"] = round(sum(q["score"] for q in fb["questions"].values()), 6)
     st = fb["structure"]
     if st["missing"]:
@@ -304,12 +310,12 @@ def _score(lab: Lab, results: list[dict], report: dict) -> dict:
         total = sum(r["weight"] for r in rs) or 1.0
         got = sum(r["weight"] for r in rs if r.get("passed"))
         cells = [c for c in report.get("cells", []) if c.get("id") == q.id]
-        first_fail = next((r for r in rs if not r.get("passed")), None)
+        msgs = feedback.row_messages(q.id, rs, "message", questions=[x.id for x in lab.questions])
+        mine = feedback.row_messages(q.id, rs, "learner_message", questions=[x.id for x in lab.questions])
         out[q.id] = {"score": round(q.points * got / total, 6), "max_score": q.points, "checks": rs,
                      "answer_cells": cells,
-                     "feedback": first_fail["message"] if first_fail else "all checks passed",
-                     "learner_feedback": first_fail.get("learner_message", first_fail["message"])
-                     if first_fail else "all checks passed"}
+                     "feedback": msgs[0] if msgs else "all checks passed",
+                     "learner_feedback": mine[0] if mine else "all checks passed"}
     return out
 
 
@@ -398,6 +404,7 @@ def grade(lab, submissions, out, config: GradeConfig | None = None) -> GradeResu
             fb = {"student": n, "lab": parsed.id, "complete": False, "status": "grader-error",
                   "notes": [f"{type(e).__name__}: {e}"]}
         fb["submitted_as"] = students[n].info()
+        fb["graded_at"] = fb["timestamp"] = _now()     # this row's own grading time (the gradebook's timestamp)
         with lock:
             _save(out, fb, cfg)
             (graded if fb.get("complete") else failed).append(n)
@@ -415,11 +422,12 @@ def grade(lab, submissions, out, config: GradeConfig | None = None) -> GradeResu
     finally:
         bar.close()
     path, rows = write_gradebook(parsed, out)
+    report = summary.write_summary(out, parsed)   # summary.md + summary.png, rebuilt from the feedback records
     unmatched = [n for n in mine if students[n].in_roster is False]
     missing = sorted(set(roster.ids) - set(students)) if roster else []
     replaced = {n: [p.name for p in students[n].replaced] for n in mine if students[n].replaced}
     return GradeResult(path, rows, sorted(graded), sorted(skipped), sorted(failed), unmatched, missing, replaced,
-                       passed_over)
+                       passed_over, report)
 
 
 def _write_passed_over(out: Path, passed_over) -> None:

@@ -1,7 +1,9 @@
 """What a learner gets back: ``feedback/<student>.md`` beside the instructor's ``feedback/<student>.json``.
 
 The JSON is the instructor's full record. The Markdown file is written for the learner: the score,
-one line per question, each failed check's message (every one, none twice), and the grader's notes.
+one line per question, each failed check's message (every one, none twice; a question's row starts with
+its own check, :func:`row_messages`), and the grader's notes; the ``[hidden]`` footer only when a value
+was withheld.
 
 Correct values (``--feedback-values``, default ``hide``). A hidden check's message often names the
 value it expected ("q2: 123 is not 0.5 / MFU = 3.374"). The checker therefore records each message
@@ -76,6 +78,28 @@ def withhold(message: str, numbers) -> str:
     return _NUMBER.sub(lambda m: m.group(0) if _shown(m.group(1), numbers) else HIDDEN, message)
 
 
+_PREFIX = re.compile(r"^\s*([A-Za-z][\w.\-]{0,63}):\s")
+
+
+def row_messages(qid: str, checks, key: str = "message", questions=()) -> list[str]:
+    """The failed checks' messages of question ``qid``, each once, its own first: the row of a question starts
+    with that question's check. A check of ``qid`` that failed on another question's evidence (a q2 check that
+    reads q1's run: "q1: no run record…") is said as ``qid``'s ("q2: needs q1's evidence — q1: no run
+    record…") and comes after ``qid``'s own messages. ``key``: ``message`` or ``learner_message``."""
+    own, other = [], []
+    for c in checks:
+        if c.get("passed"):
+            continue
+        text = " ".join(str(c.get(key) or c.get("message") or "check failed").split())
+        m = _PREFIX.match(text)
+        named = m.group(1) if m else None
+        if named is not None and named != qid and (named in questions or not questions):
+            other.append(f"{qid}: needs {named}'s evidence — {text}")
+        else:
+            own.append(text)
+    return list(dict.fromkeys(own + other))
+
+
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
@@ -99,9 +123,9 @@ def render(fb: dict, values: str = "hide") -> str:
         lines += ["", "| question | score | feedback |", "|---|---|---|"]
         rest: dict[str, list[str]] = {}
         for qid, q in questions.items():
-            # every failed check's message once: the first in the table, the others under "also to fix"
-            msgs = list(dict.fromkeys(_cell(c.get(key, c.get("message", ""))) for c in q.get("checks", [])
-                                      if not c.get("passed")))
+            # every failed check's message once, the question's own first: the first in the table, the
+            # others under "also to fix"
+            msgs = [_cell(m) for m in row_messages(qid, q.get("checks", []), key, questions=list(questions))]
             if msgs:
                 text = msgs[0] + (f" (and {len(msgs) - 1} more below)" if len(msgs) > 1 else "")
             else:
@@ -113,7 +137,7 @@ def render(fb: dict, values: str = "hide") -> str:
             lines += ["", f"## {qid}: also to fix", ""] + [f"- {m}" for m in msgs]
     if fb.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in dict.fromkeys(_cell(n) for n in fb["notes"])]
-    if values == "hide":
+    if values == "hide" and any(HIDDEN in line for line in lines):    # the footer only when something was hidden
         lines += ["", f"_Values your evidence does not contain are shown as {HIDDEN}._"]
     return "\n".join(lines) + "\n"
 

@@ -1,6 +1,8 @@
 """The gradebook: one CSV row per student, rebuilt from the per-student feedback files; merging shards.
 
 Columns: ``student, lab, timestamp, score, max_score``, one column per question (its score), then
+(``timestamp`` is when that row was graded, UTC — each row its own; the submission file's mtime is in the
+feedback JSON as ``submitted_mtime``)
 
 ==============  ==================================================================================
 status          graded / unreadable / wrong-lab (another lab's notebook) / ... (see :mod:`labkit.grading.batch`)
@@ -36,6 +38,7 @@ def columns(lab) -> list[str]:
 def row_of(lab, fb: dict) -> dict:
     """The gradebook row of one complete feedback dict."""
     row = {k: fb.get(k) for k in FIXED_COLUMNS}
+    row["timestamp"] = fb.get("graded_at") or fb.get("timestamp")    # when this row was graded (UTC)
     for q in lab.questions:
         row[q.id] = (fb.get("questions") or {}).get(q.id, {}).get("score", 0.0)
     sub = fb.get("submitted_as") or {}
