@@ -66,7 +66,7 @@ def test_lab12_instructor_full_marks_on_the_host_statistics_seed(tmp_path, calib
     subs = tmp_path / "subs"
     subs.mkdir()
     shutil.copy(lab.source, subs / "instructor.ipynb")
-    params = {"FAST": True, "SEED": capstone.seed_for("host_stats")}
+    params = {"FAST": True, "SEED": capstone._seed_for("host_stats")}
     cfg = GradeConfig(limits=Limits(notebook_s=400, cell_s=300), workers=1, params=params, progress=False)
     res = grade(lab.id, [subs], tmp_path / "out", cfg)
     assert not res.failed
