@@ -29,7 +29,14 @@ evidence points to another family is a bad exercise. Compute and memory faults c
 Sizes are checked by ``tests/test_faults.py``: for each fault, a live run on 2 loaded CPU cores and
 ``diagnose``'s primary family (and the stragglers table for ``straggler``).
 
-Taught in lab 2 (``labs/lab02_profiler``) and chapter 14 (systematic diagnosis).
+Lab 8's mystery run is :class:`LoaderJob`: a training job whose loader has no workers and whose samples are slow
+by an amount its seed draws (:data:`LOADER_STEPS` clean steps per batch, through :mod:`labkit.tickets`: a learner's
+ticket from the instructor's key, or a practice number). The job shows neither the slowdown nor its size: its repr
+names the seed, its records' configs drop ``data_slowdown_s``; the learner reads the wait in the trace and sizes the
+workers from the per-sample time the run measured (chapter 22). The grader judges the learner's traces and A/B,
+never a size.
+
+Taught in lab 2 (``labs/lab02_profiler``), lab 8 (:class:`LoaderJob`) and chapter 14 (systematic diagnosis).
 """
 from __future__ import annotations
 
@@ -40,7 +47,8 @@ from pathlib import Path
 from labkit import checks
 from labkit.record import RunRecord
 
-__all__ = ["FAULTS", "Fault", "MysteryRun", "fault_of", "mystery_config", "mystery_run", "public_record", "seed_for"]
+__all__ = ["FAULTS", "Fault", "MysteryRun", "LoaderJob", "LOADER_OPTIONS", "fault_of", "mystery_config", "mystery_run",
+           "public_record", "seed_for"]
 
 
 @dataclass(frozen=True)
@@ -158,3 +166,117 @@ def mystery_run(seed: int, out_dir, *, nprocs: int = 2, timeout_s: float = 600, 
     record = run(cfg.replace(profile_dir=str(out)), nprocs, timeout_s=timeout_s)
     files = tuple(sorted(str(p) for p in out.glob("rank*.json")))
     return MysteryRun(seed, public_record(record, seed), out, files)
+
+
+# ---------------------------------------------------------------- lab 8: a starving loader of a hidden size
+LOADER_LAB = "lab08_data_pipeline"
+# the slow loader takes this many clean steps per batch, drawn by the seed; six at least: the clean step is timed
+# before the mystery run, and beside other jobs the later step was seen 2.9x the clean one - with three clean steps
+# per batch the data wait then fell to 51 %, with six it stays above half until the compute alone is 6x slower
+LOADER_STEPS = (6, 7, 8)
+LOADER_OPTIONS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")   # what a fix may change
+_RUN_OPTIONS = ("steps", "warmup_steps", "profile_dir", "profile_steps", "label")         # how long, traced or not
+_LOADER_HIDDEN = ("data_slowdown_s", "data_slowdown_s_used", "inject", "inject_share", "inject_steps")
+
+
+def _loader_steps(seed) -> int:
+    from labkit import tickets
+
+    return LOADER_STEPS[tickets.draw(LOADER_LAB, seed, len(LOADER_STEPS))]
+
+
+def _graded_loader(seed, key: str | None) -> int:
+    """The grader's view: the clean steps per batch of ``seed``'s job; with the instructor's ``key`` only a ticket
+    it issued (ValueError otherwise, :func:`labkit.tickets.verify`)."""
+    from labkit import tickets
+
+    if key is not None:
+        tickets.verify(key, LOADER_LAB, seed)
+    return _loader_steps(seed)
+
+
+class LoaderJob:
+    """Lab 8's mystery run: a short training job (``model``, ``seq_len``, ``micro_batch``) whose loader is starved —
+    no workers, every sample slow by an amount ``seed`` draws and this object does not show (its repr names the
+    seed; every record's config drops the slowdown and adds ``loader_seed``). Change only :data:`LOADER_OPTIONS`
+    (and the run's length or trace folder: ``steps``, ``warmup_steps``, ``profile_dir``, ``profile_steps``).
+    Taught in lab 8 (chapter 22)."""
+
+    def __init__(self, seed, *, model: str = "tiny", seq_len: int | None = 64, micro_batch: int = 2,
+                 steps: int = 4, warmup_steps: int = 2, device: str = "auto"):
+        from labkit import tickets
+
+        tickets.parse(seed)                     # a practice seed or a ticket; ValueError naming it otherwise
+        self.seed = seed
+        self.model, self.seq_len, self.device = model, seq_len, device
+        self.micro_batch = checks.count("micro_batch", micro_batch, at_least=1)
+        self.steps = checks.count("steps", steps, at_least=2)
+        self.warmup_steps = checks.count("warmup_steps", warmup_steps, at_least=0, at_most=steps - 1)
+        self._slow = None
+
+    def __repr__(self) -> str:
+        return (f"LoaderJob(seed={self.seed!r}, {self.model} GPT, micro-batch {self.micro_batch} x "
+                f"{self.seq_len} tokens)")
+
+    def _base(self):
+        from labkit import tickets
+        from labkit.train import TrainConfig
+
+        return TrainConfig(model=self.model, seq_len=self.seq_len, micro_batch=self.micro_batch, steps=self.steps,
+                           warmup_steps=self.warmup_steps, seed=tickets.parse(self.seed)[0], device=self.device,
+                           label="mystery")
+
+    def _config(self, **options):
+        """The full config with ``options`` changed (loader and run-length options only): the hidden slowdown, sized
+        on this machine's clean step (measured once) — the grader's and the tests' view."""
+        bad = sorted(k for k in options if k not in LOADER_OPTIONS + _RUN_OPTIONS)
+        if bad:
+            raise ValueError(f"options {bad} are not the loader's: a fix of this job changes only {list(LOADER_OPTIONS)} "
+                             f"(and the run's {list(_RUN_OPTIONS)})")
+        if self._slow is None:
+            from labkit.train import train
+
+            clean = train(self._base().replace(steps=4, warmup_steps=2, label="clean")).step_time.median
+            self._slow = round(_loader_steps(self.seed) * clean / self.micro_batch, 4)
+        return self._base().replace(data_slowdown_s=self._slow).replace(**options)
+
+    def _public(self, cfg: dict) -> dict:
+        out = {k: v for k, v in cfg.items() if k not in _LOADER_HIDDEN}
+        out["loader_seed"] = self.seed
+        return out
+
+    def options(self, **options) -> dict:
+        """The public config of the job (with loader ``options`` changed): what its record holds. Taught in lab 8."""
+        return self._public(self._config(**options).to_dict())
+
+    def run(self, profile_dir=None, **options) -> RunRecord:
+        """Train the job once (loader ``options`` changed) and return its record, the slowdown left out;
+        ``profile_dir``: write its Chrome trace there (the last ``profile_steps`` steps, default every step after
+        the warm-up). Taught in lab 8."""
+        cfg = self._config(**options)
+        if profile_dir is not None:
+            Path(profile_dir).mkdir(parents=True, exist_ok=True)
+            cfg = cfg.replace(profile_dir=str(profile_dir),
+                              profile_steps=options.get("profile_steps", cfg.steps - cfg.warmup_steps))
+        from labkit.train import train
+
+        rec = train(cfg)
+        rec.config = self._public(rec.config)
+        return rec
+
+    def ab(self, options: dict, *, rounds: int = 5, warmup: int = 0, timeout_s: float = 600,
+           max_rounds: int | None = None):
+        """:func:`labkit.ab.ab_train` of the job as given (A) against it with loader ``options`` (B), one median step
+        time per run; every run's record in the result without the slowdown. Taught in lab 8."""
+        from dataclasses import replace
+
+        from labkit.ab import ab_train
+
+        if not isinstance(options, dict) or not options:
+            raise ValueError(f"options must be a non-empty dict of loader options {list(LOADER_OPTIONS)}, "
+                             f"got {options!r}")
+        fixed = self._config(**options).replace(label="fixed")
+        res = ab_train(self._config(), fixed, rounds=rounds, warmup=warmup, timeout_s=timeout_s,
+                       max_rounds=max_rounds)
+        runs = tuple({**r, "config": self._public(r["config"])} for r in res.runs)
+        return replace(res, runs=runs)
