@@ -108,3 +108,55 @@ def test_mystery_run_end_to_end_hides_its_fault(tmp_path, calibrated_peaks):
     assert run.record.step_time.n == FAST["steps"] - FAST["warmup_steps"]
     assert run.record.device["count"] == 2 and run.record.device["backend"] == "gloo"
     assert "host" not in repr(run) and "stall" not in repr(run)
+
+
+# ---------------------------------------------------------------- lab 8's LoaderJob
+def test_the_loader_job_draws_its_size_and_shows_none_of_it():
+    """Practice seeds draw every size of LOADER_STEPS; a ticket draws through the instructor's key, which a keyed
+    grader checks; the job's repr and public names tell no size, and bad seeds or non-loader options are refused
+    (before any training)."""
+    from labkit import tickets
+
+    assert {faults._loader_steps(s) for s in range(40)} == set(faults.LOADER_STEPS)
+    key = "lab08-test-key-0123456789"
+    seats = [tickets.issue(key, "lab08_data_pipeline", s) for s in range(40)]
+    assert {faults._graded_loader(t, key) for t in seats} == set(faults.LOADER_STEPS)
+    with pytest.raises(ValueError, match="practice seed"):
+        faults._graded_loader(3, key)
+    with pytest.raises(ValueError, match="not issued"):
+        faults._graded_loader(tickets.issue("another-key-0123456789", "lab08_data_pipeline", 3), key)
+    job = faults.LoaderJob(seats[4], device="cpu")
+    assert repr(job) == f"LoaderJob(seed={seats[4]!r}, tiny GPT, micro-batch 2 x 64 tokens)"
+    assert {n for n in dir(job) if not n.startswith("_")} == {
+        "seed", "model", "seq_len", "device", "micro_batch", "steps", "warmup_steps", "options", "run", "ab"}
+    for bad in (-1, "4-notatag", 2.5):
+        with pytest.raises(ValueError, match="seed"):
+            faults.LoaderJob(bad)
+    with pytest.raises(ValueError, match=r"\['micro_batch'\] are not the loader's"):
+        job.run(micro_batch=4)
+    with pytest.raises(ValueError, match=r"\['data_slowdown_s'\] are not the loader's"):
+        job.ab({"data_slowdown_s": 0.0})
+    with pytest.raises(ValueError, match="non-empty dict"):
+        job.ab({})
+    assert job._slow is None                           # refused before the clean step was measured
+
+
+def test_the_loader_job_runs_slow_and_its_record_hides_the_size(tmp_path):
+    """A real traced run of practice job 0: every batch waited at least the hidden per-sample sleep (a sleep is a
+    lower bound, whatever the load), and neither the record's config nor its public options hold the size."""
+    import torch
+
+    from labkit.trace import analyze
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        job = faults.LoaderJob(0, steps=3, warmup_steps=1, device="cpu")
+        rec = job.run(profile_dir=tmp_path / "mystery")
+    finally:
+        torch.set_num_threads(threads)
+    assert job._slow > 0 and rec.config["loader_seed"] == 0 and rec.config["num_workers"] == 0
+    assert not {"data_slowdown_s", "data_slowdown_s_used", "inject"} & (set(rec.config) | set(job.options()))
+    assert rec.phases["data"].median >= 0.95 * job.micro_batch * job._slow
+    assert len(analyze(tmp_path / "mystery").steps) == rec.step_time.n
+    assert job.options(num_workers=4)["num_workers"] == 4 and job.options()["loader_seed"] == 0
