@@ -7,7 +7,10 @@ plus ``mystery_seed`` — the injection knobs (``inject``, ``data_slowdown_s``, 
 ``straggler_rank``, the sizes used) are removed, so the configs of two mystery runs differ only in
 their seed. The learner has to find the fault from the evidence — meter phases (chapter 7), the trace
 breakdown and the stragglers table (chapters 8–9), :func:`labkit.diagnose.diagnose` (chapter 14) —
-and name its family; the grader recovers it from the seed with :func:`fault_of`.
+and name its family. Which fault a seed hides is drawn through :mod:`labkit.tickets` (a learner's ticket from the
+instructor's key, or a practice number); no public name maps a seed to its fault — the grader's checks do, and with
+the key they accept only the tickets it issued. The evidence decides the points (lab 2's q3: the family must be
+cited by a figure of the learner's own run).
 
 =============  ==============  ==========================================================================
 fault          family          what is injected (sized to one clean step: ``inject_share = 0.5``)
@@ -40,15 +43,13 @@ Taught in lab 2 (``labs/lab02_profiler``), lab 8 (:class:`LoaderJob`) and chapte
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import checks
 from labkit.record import RunRecord
 
-__all__ = ["FAULTS", "Fault", "MysteryRun", "LoaderJob", "LOADER_OPTIONS", "fault_of", "mystery_config", "mystery_run",
-           "public_record", "seed_for"]
+__all__ = ["FAULTS", "Fault", "MysteryRun", "LoaderJob", "LOADER_OPTIONS", "mystery_run", "public_record"]
 
 
 @dataclass(frozen=True)
@@ -80,41 +81,52 @@ _HIDDEN = ("inject", "inject_share", "inject_steps", "data_slowdown_s", "comm_pa
            "profile_dir", "label")
 
 
-def _digest(seed: int) -> int:
-    return int.from_bytes(hashlib.sha256(f"labkit-mystery-run:{seed}".encode()).digest()[:8], "big")
+LAB = "lab02_profiler"
 
 
 def _check_seed(seed) -> int:
-    return checks.count("seed", seed, at_least=0)
+    """The number of a practice seed or a ticket (ValueError naming anything else)."""
+    from labkit import tickets
+
+    return tickets.parse(seed)[0]
 
 
-def fault_of(seed: int) -> tuple[Fault, int]:
-    """(the fault, the slow rank for a straggler) of mystery run ``seed`` — what the grader checks
-    against; a learner finds it from evidence instead. Taught in lab 2."""
-    h = _digest(_check_seed(seed))
+def _fault_of(seed) -> tuple[Fault, int]:
+    """(the fault, the slow rank for a straggler) that a ticket or practice seed draws (private: the run's own
+    injection, and the grader's)."""
+    from labkit import tickets
+
+    h = tickets.digest(LAB, seed)
     names = sorted(FAULTS)
     return FAULTS[names[h % len(names)]], (h >> 8) % 2
 
 
-def seed_for(fault: str, start: int = 0) -> int:
-    """The smallest seed ≥ ``start`` whose mystery run has ``fault`` (for instructors and tests).
-    Taught in lab 2."""
+def _graded_fault(seed, key: str | None) -> tuple[Fault, int]:
+    """The grader's truth: with the instructor's ``key`` only a ticket it issued (ValueError otherwise)."""
+    from labkit import tickets
+
+    if key is not None:
+        tickets.verify(key, LAB, seed)
+    return _fault_of(seed)
+
+
+def _seed_for(fault: str, start: int = 0) -> int:
+    """The smallest practice seed ≥ ``start`` whose mystery run has ``fault`` (the tests' and instructors' tool)."""
     if fault not in FAULTS:
         raise ValueError(f"fault={fault!r} is not valid; choose one of {sorted(FAULTS)}")
-    seed = _check_seed(start)
-    while fault_of(seed)[0].name != fault:
+    seed = checks.count("start", start, at_least=0)
+    while _fault_of(seed)[0].name != fault:
         seed += 1
     return seed
 
 
-def mystery_config(seed: int, *, model: str = "tiny", seq_len: int | None = None, micro_batch: int = 8,
-                   steps: int = 10, warmup_steps: int = 2, device: str = "cpu"):
-    """The :class:`~labkit.train.TrainConfig` of mystery run ``seed`` (DDP, every step after the
-    warm-up profiled). It names the fault: the grader's and the tests' view, never shown to a learner.
-    Taught in lab 2."""
+def _mystery_config(seed, *, model: str = "tiny", seq_len: int | None = None, micro_batch: int = 8,
+                    steps: int = 10, warmup_steps: int = 2, device: str = "cpu"):
+    """The :class:`~labkit.train.TrainConfig` of mystery run ``seed`` (DDP, every step after the warm-up
+    profiled). It names the fault: the grader's and the tests' view, never shown to a learner."""
     from labkit.train import TrainConfig
 
-    fault, slow_rank = fault_of(seed)
+    fault, slow_rank = _fault_of(seed)
     return TrainConfig(model=model, seq_len=seq_len, micro_batch=micro_batch, steps=steps,
                        warmup_steps=warmup_steps, profile_steps=steps - warmup_steps, parallel="ddp",
                        seed=_check_seed(seed), device=device, inject=fault.inject, inject_share=INJECT_SHARE,
@@ -126,7 +138,7 @@ class MysteryRun:
     """What a learner gets back: rank 0's record (fault knobs removed from its config), the folder of
     per-rank traces and their files. Its repr names the seed only. Taught in lab 2."""
 
-    seed: int
+    seed: int | str
     record: RunRecord = field(repr=False)
     trace_dir: Path = field(repr=False)
     trace_files: tuple = field(repr=False)
@@ -136,7 +148,7 @@ class MysteryRun:
                 f"{self.trace_dir.name}/, {self.record.summary()})")
 
 
-def public_record(record: RunRecord, seed: int) -> RunRecord:
+def public_record(record: RunRecord, seed) -> RunRecord:
     """``record`` with the injection knobs removed from its config and ``mystery_seed`` added (in place;
     returned). Taught in lab 2."""
     if not isinstance(record, RunRecord):
@@ -144,21 +156,21 @@ def public_record(record: RunRecord, seed: int) -> RunRecord:
     if not isinstance(record.config, dict):
         raise ValueError(f"record.config must be a dict (the run's TrainConfig fields), got "
                          f"{type(record.config).__name__}")
-    seed = checks.count("seed", seed, at_least=0)
+    _check_seed(seed)
     record.config = {k: v for k, v in record.config.items() if k not in _HIDDEN}
     record.config["mystery_seed"] = seed
     record.label = "mystery"
     return record
 
 
-def mystery_run(seed: int, out_dir, *, nprocs: int = 2, timeout_s: float = 600, **sizes) -> MysteryRun:
+def mystery_run(seed, out_dir, *, nprocs: int = 2, timeout_s: float = 600, **sizes) -> MysteryRun:
     """Run mystery run ``seed`` on ``nprocs`` gloo ranks, its traces in ``out_dir`` (``rank{r}.json``,
     older ones removed). ``sizes``: ``model``, ``seq_len``, ``micro_batch``, ``steps``,
-    ``warmup_steps``, ``device`` (:func:`mystery_config`). Taught in lab 2."""
+    ``warmup_steps``, ``device``; ``seed``: a ticket from the instructor or a practice number. Taught in lab 2."""
     from labkit.train import run
 
     checks.count("nprocs", nprocs, at_least=2)      # a straggler and an all-reduce need two ranks
-    cfg = mystery_config(seed, **sizes)
+    cfg = _mystery_config(seed, **sizes)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("rank*.json"):

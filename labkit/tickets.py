@@ -24,10 +24,10 @@ from pathlib import Path
 
 __all__ = ["KEYED_LABS", "keyed_lab", "issue", "parse", "verify", "read_key", "write_tickets"]
 
-KEYED_LABS = ("lab08_data_pipeline", "lab12_capstone")      # labs whose hidden fault a ticket draws
+KEYED_LABS = ("lab02_profiler", "lab08_data_pipeline", "lab12_capstone")      # labs whose hidden fault a ticket draws
 # what a practice seed's draw hashes (lab 12's kept from before tickets: seed 0, the course's CI seed, stays the slow
 # loader and the stored outputs stay true)
-_PRACTICE = {"lab12_capstone": "labkit-capstone", "lab08_data_pipeline": "labkit-lab08"}
+_PRACTICE = {"lab12_capstone": "labkit-capstone", "lab08_data_pipeline": "labkit-lab08", "lab02_profiler": "labkit-mystery-run"}
 TAG_HEX = 12                                                # 48 bits of HMAC: not guessable by trying
 _TICKET = re.compile(rf"^(\d{{1,9}})-([0-9a-f]{{{TAG_HEX}}})$")
 
@@ -78,12 +78,17 @@ def verify(key: str, lab: str, ticket) -> int:
     return seed
 
 
-def draw(lab: str, ticket, n: int) -> int:
-    """Index in ``range(n)`` that ``ticket`` (or a practice seed) draws in ``lab``: SHA-256 of the lab and the
-    ticket (the tag carries the key's secret, so without the key no table of seeds can be made)."""
+def digest(lab: str, ticket) -> int:
+    """64 bits that ``ticket`` (or a practice seed) draws in ``lab``: SHA-256 of the lab and the ticket (the tag
+    carries the key's secret, so without the key no table of seeds can be made)."""
     seed, tag = parse(ticket)
     text = f"{_PRACTICE[keyed_lab(lab)]}:{seed}" if tag is None else f"{lab}:{seed}-{tag}"
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") % n
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def draw(lab: str, ticket, n: int) -> int:
+    """Index in ``range(n)`` that ``ticket`` (or a practice seed) draws in ``lab`` (:func:`digest` mod ``n``)."""
+    return digest(lab, ticket) % n
 
 
 def read_key(path) -> str:

@@ -17,23 +17,32 @@ FAST = dict(seq_len=32, micro_batch=4, steps=8, warmup_steps=2)      # the lab's
 
 
 def test_every_seed_maps_to_a_fault_of_a_course_family_and_every_fault_is_reachable():
-    seen = {faults.fault_of(s)[0].name for s in range(64)}
+    """Practice seeds and a key's tickets each reach every fault; no public name maps a seed to its fault."""
+    from labkit import tickets
+
+    assert not {"fault_of", "seed_for", "mystery_config"} & (set(faults.__all__) | set(dir(faults)))
+    key = "lab02-test-key-0123456789"
+    assert {faults._graded_fault(tickets.issue(key, "lab02_profiler", s), key)[0].name for s in range(64)} == set(
+        faults.FAULTS)
+    with pytest.raises(ValueError, match="practice seed"):
+        faults._graded_fault(3, key)
+    seen = {faults._fault_of(s)[0].name for s in range(64)}
     assert seen == set(faults.FAULTS)
     assert all(f.family in FAMILIES for f in faults.FAULTS.values())
-    assert faults.fault_of(11) == faults.fault_of(11)                      # reproducible: the grader's view
+    assert faults._fault_of(11) == faults._fault_of(11)                      # reproducible: the grader's view
     for name in faults.FAULTS:
-        s = faults.seed_for(name, start=5)
-        assert s >= 5 and faults.fault_of(s)[0].name == name
-    assert {faults.fault_of(s)[1] for s in range(64)} == {0, 1}           # either rank can be the straggler
+        s = faults._seed_for(name, start=5)
+        assert s >= 5 and faults._fault_of(s)[0].name == name
+    assert {faults._fault_of(s)[1] for s in range(64)} == {0, 1}           # either rank can be the straggler
 
 
 def test_bad_seeds_and_faults_are_named():
     with pytest.raises(ValueError, match="seed=-1"):
-        faults.fault_of(-1)
-    with pytest.raises(TypeError, match="seed must be an int"):
-        faults.fault_of(1.5)
+        faults._fault_of(-1)
+    with pytest.raises(ValueError, match="seed=1.5"):
+        faults._fault_of(1.5)
     with pytest.raises(ValueError, match="fault='tiny_buckets' is not valid"):
-        faults.seed_for("tiny_buckets")
+        faults._seed_for("tiny_buckets")
     with pytest.raises(ValueError, match="nprocs=1"):
         faults.mystery_run(0, "/nonexistent", nprocs=1)
     with pytest.raises(ValueError, match="straggler_rank=-1"):
@@ -51,8 +60,8 @@ def _record(cfg: TrainConfig) -> RunRecord:
 def test_the_public_record_differs_between_faults_only_in_the_seed():
     shown = {}
     for name in faults.FAULTS:
-        seed = faults.seed_for(name)
-        cfg = faults.mystery_config(seed, **FAST).replace(profile_dir="/tmp/x")
+        seed = faults._seed_for(name)
+        cfg = faults._mystery_config(seed, **FAST).replace(profile_dir="/tmp/x")
         assert cfg.inject == faults.FAULTS[name].inject                       # the grader's view names it
         rec = faults.public_record(_record(cfg), seed)
         assert rec.config.pop("mystery_seed") == seed and rec.config.pop("seed") == seed
@@ -66,8 +75,8 @@ def test_the_public_record_differs_between_faults_only_in_the_seed():
 
 
 def test_the_mystery_runs_repr_names_only_the_seed(tmp_path):
-    seed = faults.seed_for("slow_loader")
-    rec = faults.public_record(_record(faults.mystery_config(seed, **FAST)), seed)
+    seed = faults._seed_for("slow_loader")
+    rec = faults.public_record(_record(faults._mystery_config(seed, **FAST)), seed)
     text = repr(faults.MysteryRun(seed, rec, tmp_path / "trace", ("rank0.json", "rank1.json")))
     assert f"seed={seed}" in text and "slow" not in text and "data" not in text and str(tmp_path) not in text
 
@@ -82,8 +91,8 @@ def test_each_fault_is_named_by_diagnose_from_a_live_run(tmp_path, calibrated_pe
     from labkit.train import run_many
 
     names = sorted(faults.FAULTS)
-    seeds = {n: faults.seed_for(n) for n in names}
-    cfgs = [faults.mystery_config(seeds[n], **FAST).replace(profile_dir=str(tmp_path / n)) for n in names]
+    seeds = {n: faults._seed_for(n) for n in names}
+    cfgs = [faults._mystery_config(seeds[n], **FAST).replace(profile_dir=str(tmp_path / n)) for n in names]
     recs = run_many(cfgs, 2, timeout_s=200)
     got, why = {}, {}
     for n, rec in zip(names, recs, strict=True):
@@ -100,7 +109,7 @@ def test_each_fault_is_named_by_diagnose_from_a_live_run(tmp_path, calibrated_pe
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_mystery_run_end_to_end_hides_its_fault(tmp_path, calibrated_peaks):
-    seed = faults.seed_for("host_stall")
+    seed = faults._seed_for("host_stall")
     run = faults.mystery_run(seed, tmp_path / "trace", **FAST)
     assert [p.rsplit("/", 1)[1] for p in run.trace_files] == ["rank0.json", "rank1.json"]
     cfg = run.record.config

@@ -101,7 +101,7 @@ def test_lab02_q3_holds_the_family_to_the_seed_and_the_number_to_the_run(tmp_pat
         (traces / f"rank{r}.json").write_bytes(gzip.decompress((tmp / f"rank{r}.SYNTHETIC.pt.trace.json.gz")
                                                                .read_bytes()))
     peer = analyze(traces).peer_wait_share
-    seed = faults.seed_for("straggler")
+    seed = faults._seed_for("straggler")
     rec = RunRecord(label="mystery", step_time=Stat.of([0.01, 0.011, 0.01, 0.01]),
                     phases={"forward": Stat.of([0.003] * 4), "backward": Stat.of([0.006] * 4)},
                     config={"mystery_seed": seed, "steps": 6, "warmup_steps": 2})
