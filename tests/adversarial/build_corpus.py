@@ -233,8 +233,7 @@ def _lab10_forged():
 
 def _lab12_forged():
     """lab12 with the A/B's speed-up inflated in the answer (a better number, typed in): q2's A/B check re-derives
-    the speed-up from the recorded samples and must catch it; the options check and the grader's re-measurement
-    still pass."""
+    the speed-up from the recorded samples and must catch it (3 of q2's 4 points); the options check still passes."""
     return _forged("lab12_capstone", "q2", 'answer_q2 = {"options": fix, "speedup": 1 / result.ratio}',
                    'answer_q2 = {"options": fix, "speedup": 1.5 / result.ratio}  # a better number, typed in')
 
