@@ -104,6 +104,14 @@ def test_release_writes_tickets_outside_the_release_and_grade_takes_the_key(tmp_
     assert "16 characters" in capsys.readouterr().err
 
 
+def test_grade_param_keeps_a_ticket_whose_tag_is_all_digits():
+    """``--param SEED=17-301122334455`` is a ticket, not 17 minus a number (literal_eval would make it one)."""
+    from labkit.cli.grade import _param
+
+    assert _param("SEED=17-301122334455") == ("SEED", "17-301122334455")
+    assert _param("SEED=3") == ("SEED", 3) and _param("FAST=True") == ("FAST", True)
+
+
 def test_a_run_or_a_b_of_another_global_batch_is_refused_naming_both():
     """Item 3 of issue 33: a "fix" of micro_batch 3 × accum 1 trains 3 sequences a step, not 8 — an A/B of it
     read "faster x0.24". Workload.run and Workload.ab refuse it before training, naming both global batches."""

@@ -35,6 +35,10 @@ def _param(text: str):
     name, sep, value = text.partition("=")
     if not sep or not name.isidentifier():
         raise argparse.ArgumentTypeError(f"--param {text!r}: expected NAME=VALUE, e.g. FAST=True")
+    import re
+
+    if re.fullmatch(r"\d+-[0-9a-f]+", value):      # a ticket (labkit.tickets), never arithmetic: SEED=17-301122
+        return name, value
     try:
         return name, ast.literal_eval(value)
     except (ValueError, SyntaxError):
