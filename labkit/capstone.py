@@ -10,7 +10,15 @@ environment (``inject``, ``data_slowdown_s``, ``memory_budget_mb``, the slow lin
 the family from evidence (:func:`labkit.diagnose.diagnose` on a traced run) and makes the job at least 20 %
 faster by changing **trainer options only** — never the environment, the model, the sequence length or the
 global batch (micro-batch × accumulation × data-parallel ranks) — proven with :func:`labkit.ab.ab_train` in
-the same run. The grader recovers the bottleneck from the seed with :func:`mystery_of`.
+the same run.
+
+Which bottleneck a workload hides is drawn from ``seed`` (:mod:`labkit.tickets`): a learner's *ticket* (``"SEED-TAG"``,
+tagged with the instructor's key by ``labkit release --key-file``) or a bare practice number. No public name maps
+a seed to its bottleneck, and a workload object shows none: its repr names the seed only, it exposes no options,
+configuration, rank count or family before a run. (Its own code can be read, so this is no wall: the points rest
+on the learner's evidence — the family named must be one ``diagnose`` finds on the learner's traced run, the
+justification must cite a figure of that run, the speed-up is re-derived from the learner's A/B; the grader never
+re-measures.)
 
 =============  =============  ==================================================================  ============
 mystery        family         what the job does (hidden environment / visible options)            a fix
@@ -42,9 +50,9 @@ runs (:meth:`Workload.ab`, 6 steps, 2 of them warm-up), median step times. At lo
 0.48 s with 4 workers (2.6×); activation budget 1.23 s → 0.76 s with full recomputation (4 sequences fit
 where 1 did: 1.6× — the recomputed forward costs back part of it); one-sequence micro-batches ≈ 4× (2.55 s →
 0.64 s at a global batch of 16). At load 8–15, 7 rounds: slow link 957 ms → 452 ms with ``no_sync=True``
-(2.1×, resolution ±13 %; the grader's short re-measure 2.7×) — the link is sized to one clean step per
+(2.1×, resolution ±13 %; a short pair of runs 2.7×) — the link is sized to one clean step per
 all-reduce, so the given job pays 4 of them, the fix 1; host statistics 111 ms → 60 ms without them
-(1.85×, 15 rounds, resolution ±29 %; the re-measure 1.8–3.8× in six runs). The host-statistics fix is the one a
+(1.85×, 15 rounds, resolution ±29 %; short pairs of runs 1.8–3.8× in six tries). The host-statistics fix is the one a
 loaded machine hides best: its steps are short (≈ 0.06–0.4 s), the effect is CPU work against CPU work
 (1.4–2.7×), and when other jobs start and stop on 2 cores the runs of one config spread up to 10× (max ÷ min
 of an A/B's job runs). Measured 2026-12-02, the learner's A/B of ``grad_stats=False``, 6 steps (2 warm-up),
@@ -56,7 +64,8 @@ spreads over more of, not a burst inside one. More rounds resolve it: lab 12's s
 ``max_rounds=4 × ROUNDS`` (:func:`labkit.ab.ab_train` doubles the rounds while the verdict is "no
 difference", up to 28), and 5 of 5 such A/Bs (load 4 with the bursty load) said "faster" (1.5–2.7×,
 resolutions ±29–52 %), 2 after 14 rounds and 3 after 28 (50–170 s each). Every effect is well beyond the
-≥ 20 % the lab asks for; the grader's re-measurement (one short run of each) asks ≥ 1.1× on its own machine.
+≥ 20 % the lab asks for. The grader does not measure again: a loaded grading machine would decide a learner's
+point; it re-derives the learner's own A/B from its recorded samples.
 
 The slow link is bandwidth-only (α = 0: :func:`labkit.train.slow_link.delay_s`), so the size of DDP's buckets
 changes nothing of its delay — "too-small buckets on a slow link" would need a per-message latency; the fault
@@ -68,13 +77,11 @@ Taught in lab 12 (the capstone); the families in chapter 2, the diagnosis in cha
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
-from labkit import checks
+from labkit import checks, tickets
 
-__all__ = ["MYSTERIES", "Mystery", "Workload", "HIDDEN", "FIXED", "mystery_of", "seed_for", "global_batch",
-           "check_options"]
+__all__ = ["MYSTERIES", "Mystery", "Workload", "HIDDEN", "FIXED", "GLOBAL_BATCH", "global_batch", "check_options"]
 
 
 @dataclass(frozen=True)
@@ -115,21 +122,27 @@ FIXED = HIDDEN + ("model", "seq_len", "seed", "steps", "warmup_steps", "device",
                   "dataset", "packing", "fail_at_step", "resume_from", "val_every", "val_sequences", "peak_flops")
 
 
-def _digest(seed: int) -> int:
-    return int.from_bytes(hashlib.sha256(f"labkit-capstone:{seed}".encode()).digest()[:8], "big")
+LAB = "lab12_capstone"
 
 
-def mystery_of(seed: int) -> Mystery:
-    """The bottleneck of capstone workload ``seed`` — what the grader checks against; a learner finds it
-    from evidence. Taught in lab 12."""
-    return MYSTERIES[DRAW[_digest(checks.count("seed", seed, at_least=0)) % len(DRAW)]]
+def _mystery_of(seed) -> Mystery:
+    """The bottleneck a ticket or practice seed draws (private: the workload's own injection, and the grader's)."""
+    return MYSTERIES[DRAW[tickets.draw(LAB, seed, len(DRAW))]]
 
 
-def seed_for(name: str, start: int = 0) -> int:
-    """The smallest seed ≥ ``start`` whose workload hides ``name`` (instructors, tests). Taught in lab 12."""
+def _graded_mystery(seed, key: str | None) -> Mystery:
+    """The grader's truth: with the instructor's ``key``, ``seed`` must be a ticket that key issued
+    (:func:`labkit.tickets.verify`, ValueError otherwise); without one (practice, the course's CI), any seed."""
+    if key is not None:
+        tickets.verify(key, LAB, seed)
+    return _mystery_of(seed)
+
+
+def _seed_for(name: str, start: int = 0) -> int:
+    """The smallest practice seed ≥ ``start`` whose workload hides ``name`` (the tests' and instructors' tool)."""
     checks.one_of("name", name, tuple(sorted(MYSTERIES)))
     seed = checks.count("start", start, at_least=0)
-    while mystery_of(seed).name != name:
+    while _mystery_of(seed).name != name:
         seed += 1
     return seed
 
@@ -163,22 +176,22 @@ def check_options(options: dict) -> dict:
 
 
 class Workload:
-    """Capstone workload ``seed``: its public options, runs and A/Bs; the bottleneck stays hidden (repr:
-    the seed only). ``steps``/``warmup_steps``: of every run (a traced run records the last
-    ``steps - warmup_steps``). ``nprocs``: the ranks every run of it launches (2 for the slow link, else 1).
-    Taught in lab 12."""
+    """Capstone workload ``seed`` (a ticket ``"SEED-TAG"`` from the instructor, or a practice number): its runs
+    and A/Bs; the bottleneck stays hidden — the repr names the seed only, and nothing public tells the options,
+    ranks or environment before a run (a run's record holds what the trainer did). ``steps``/``warmup_steps``:
+    of every run (a traced run records the last ``steps - warmup_steps``). Taught in lab 12."""
 
-    def __init__(self, seed: int, *, steps: int = 5, warmup_steps: int = 2, device: str = "cpu"):
-        self.seed = checks.count("seed", seed, at_least=0)
+    def __init__(self, seed, *, steps: int = 5, warmup_steps: int = 2, device: str = "cpu"):
+        tickets.parse(seed)                     # a practice seed or a ticket; ValueError naming it otherwise
+        self.seed = seed
         self.steps = checks.count("steps", steps, at_least=2)
         self.warmup_steps = checks.count("warmup_steps", warmup_steps, at_least=0, at_most=steps - 1)
-        self._mystery = mystery_of(self.seed)
-        self.nprocs = LINK_RANKS if self._mystery.name == "slow_link" else 1
-        self.device = _rank_device(device, self.nprocs)
+        self._nprocs = LINK_RANKS if _mystery_of(seed).name == "slow_link" else 1
+        self.device = _rank_device(device, self._nprocs)
         self._clean = None
 
     def __repr__(self) -> str:
-        return f"Workload(seed={self.seed}, global batch {GLOBAL_BATCH} × {SEQ_LEN} tokens, {MODEL} GPT)"
+        return f"Workload(seed={self.seed!r}, global batch {GLOBAL_BATCH} × {SEQ_LEN} tokens, {MODEL} GPT)"
 
     def _clean_s(self) -> float:
         """This machine's clean step of the job (one process, one micro-batch of 8), measured once: what
@@ -191,7 +204,7 @@ class Workload:
 
     def _env(self) -> dict:
         """The hidden environment and the starting trainer options of this workload."""
-        name = self._mystery.name
+        name = _mystery_of(self.seed).name
         if name == "tiny_micro":
             return dict(micro_batch=1, accum=GLOBAL_BATCH)
         if name == "host_stats":       # chapter 18's gradient monitor left on: NumPy on the host every step
@@ -203,7 +216,7 @@ class Workload:
             per = activation_bytes_per_sample(self._base(), _device(self.device))
             return dict(memory_budget_mb=BUDGET_SAMPLES * per / MIB)
         if name == "slow_link":        # 2 ranks, 1 per "node"; every micro-batch's gradients cross the link
-            return dict(parallel="ddp", micro_batch=1, accum=GLOBAL_BATCH // self.nprocs, no_sync=False,
+            return dict(parallel="ddp", micro_batch=1, accum=GLOBAL_BATCH // self._nprocs, no_sync=False,
                         ranks_per_node=1, inter_node_gbit_s=self._link_gbit_s(), link_overlap=True)
         return dict(data_slowdown_s=round(SLOW_SAMPLE_STEPS * self._clean_s() / GLOBAL_BATCH, 5), num_workers=0)
 
@@ -215,53 +228,66 @@ class Workload:
         from labkit.train.slow_link import delay_s
 
         nbytes = 4 * GPT(gpt_config(MODEL, seq_len=SEQ_LEN)).n_params()
-        at_1 = delay_s(nbytes, self.nprocs, 1.0)          # seconds at 1 Gb/s: the delay scales as 1 / speed
+        at_1 = delay_s(nbytes, self._nprocs, 1.0)          # seconds at 1 Gb/s: the delay scales as 1 / speed
         return round(at_1 / (LINK_SYNC_STEPS * self._clean_s()), 4)
 
     def _base(self):
         from labkit.train import TrainConfig
 
         return TrainConfig(model=MODEL, seq_len=SEQ_LEN, micro_batch=GLOBAL_BATCH, accum=1, steps=self.steps,
-                           warmup_steps=self.warmup_steps, seed=self.seed, device=self.device, label="workload")
+                           warmup_steps=self.warmup_steps, seed=tickets.parse(self.seed)[0], device=self.device,
+                           label="workload")
 
-    def config(self, **options):
+    def _config(self, **options):
         """The full :class:`~labkit.train.TrainConfig` of this workload with trainer ``options`` changed
-        (:func:`check_options`). It shows the hidden environment: the grader's and the tests' view."""
+        (:func:`check_options`; a ValueError naming both global batches if they change it). It holds the hidden
+        environment: the grader's and the tests' view, never the learner's."""
         check_options(options)
-        return self._base().replace(**self._env()).replace(**options)
+        cfg = self._base().replace(**self._env())
+        new = cfg.replace(**options)
+        if options:
+            given, fixed = (self._public(c.to_dict()) for c in (cfg, new))
+            if global_batch(fixed) != global_batch(given):
+                raise ValueError(
+                    f"options {options} make a global batch of {global_batch(fixed)} sequences (micro_batch "
+                    f"{fixed['micro_batch']} × accum {fixed['accum']} × {fixed['dp_ranks']} data-parallel rank(s)); "
+                    f"the job's is {global_batch(given)}: a run or A/B of another global batch is another job, "
+                    "not a faster one — keep micro_batch × accum at the job's")
+        return new
 
-    def options(self, **options) -> dict:
-        """The trainer options this workload starts from (with ``options`` changed: :func:`check_options`) —
-        the public part of its config — and ``dp_ranks``, its data-parallel ranks. Taught in lab 12."""
-        return self._public(self.config(**options).to_dict())
+    def _options(self, **options) -> dict:
+        """The trainer options this workload starts from (with ``options`` changed) — the public part of its
+        config — and ``dp_ranks``: what its run's record holds (the grader's view before a run)."""
+        return self._public(self._config(**options).to_dict())
 
     def _public(self, cfg: dict) -> dict:
         out = public_config(cfg)
-        out["dp_ranks"] = self.nprocs // (cfg.get("tp", 1) * cfg.get("pp", 1) * cfg.get("cp", 1))
+        out["dp_ranks"] = self._nprocs // (cfg.get("tp", 1) * cfg.get("pp", 1) * cfg.get("cp", 1))
         return out
 
     def run(self, profile_dir=None, **options):
-        """Train the workload once (``options`` changed; on :attr:`nprocs` ranks) and return its public record:
+        """Train the workload once (``options`` changed: trainer options, the global batch kept) and return its
+        public record:
         a :class:`~labkit.record.RunRecord` whose config holds no hidden knob and names ``capstone_seed`` and
         ``dp_ranks``. ``profile_dir``: write the run's Chrome traces there (one per rank; older ``*.json``
         traces removed first)."""
         from pathlib import Path
 
-        cfg = self.config(**options)
+        cfg = self._config(**options)
         if profile_dir is not None:
             out = Path(profile_dir)
             out.mkdir(parents=True, exist_ok=True)
             for old in out.glob("*.json"):
                 old.unlink()
             cfg = cfg.replace(profile_dir=str(out), profile_steps=cfg.steps - cfg.warmup_steps)
-        if self.nprocs == 1:
+        if self._nprocs == 1:
             from labkit.train import train
 
             rec = train(cfg)
         else:
             from labkit.train import run
 
-            rec = run(cfg, self.nprocs)
+            rec = run(cfg, self._nprocs)
         rec.config = self._public(rec.config)
         rec.config["capstone_seed"] = self.seed
         rec.extra.pop("slow_link", None)        # the link's own counters name the hidden environment
@@ -273,14 +299,16 @@ class Workload:
         """:func:`labkit.ab.ab_train` of this workload as given (A) against it with ``options`` (B), one
         median step time per run; a multi-rank workload trains every run in one launch of its ranks
         (``same_ranks=True``); ``max_rounds``: measure longer on an inconclusive verdict (as ``ab_train``).
-        Taught in lab 12."""
+        ``options`` that change the global batch are refused (ValueError naming both): an A/B compares one job
+        trained two ways. Taught in lab 12."""
         from dataclasses import replace
 
         from labkit.ab import ab_train
 
-        res = ab_train(self.config().replace(label="workload"), self.config(**options).replace(label="fixed"),
-                       nprocs=self.nprocs, rounds=rounds, warmup=warmup, timeout_s=timeout_s,
-                       same_ranks=self.nprocs > 1, max_rounds=max_rounds)
+        fixed = self._config(**options).replace(label="fixed")     # refuses another global batch
+        res = ab_train(self._config().replace(label="workload"), fixed,
+                       nprocs=self._nprocs, rounds=rounds, warmup=warmup, timeout_s=timeout_s,
+                       same_ranks=self._nprocs > 1, max_rounds=max_rounds)
         runs = tuple({**r, "config": self._public(r["config"]), "extra": {k: v for k, v in r["extra"].items()
                                                                           if k != "slow_link"}} for r in res.runs)
         return replace(res, runs=runs)        # every run's record, the hidden environment left out

@@ -127,7 +127,7 @@ def lab02_evidence(tmp_path):
     for r in (0, 1):
         (traces / f"rank{r}.json").write_bytes(gzip.decompress((syn / f"rank{r}.SYNTHETIC.pt.trace.json.gz")
                                                                .read_bytes()))
-    seed = faults.seed_for("straggler")
+    seed = faults._seed_for("straggler")
     # medians that add up to more than the median step (the phases of different steps): means do not
     rec = RunRecord(label="mystery", step_time=Stat.of([0.009, 0.009, 0.013, 0.009, 0.009]),
                     phases={"forward": Stat.of([0.006, 0.006, 0.006, 0.002, 0.002]),

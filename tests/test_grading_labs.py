@@ -59,17 +59,21 @@ def test_instructor_full_marks_learner_zero(lab_id, tmp_path, calibrated_peaks):
 
 @pytest.mark.slow
 def test_lab12_instructor_full_marks_on_the_host_statistics_seed(tmp_path, calibrated_peaks):
-    """lab12 above is graded with seed 0 (the slow loader, data); this grades the instructor source with the
-    scheduling seed too (its steps are short and its fix a CPU-bound 1.7-2.4x, the mystery most at the mercy of
-    a loaded machine), passing ``SEED`` as a grader parameter as an instructor would."""
-    from labkit import capstone
+    """lab12 above is graded with practice seed 0 (the slow loader, data); this grades the instructor source with a
+    scheduling workload too (its steps are short and its fix a CPU-bound 1.7-2.4x, the mystery most at the mercy of
+    a loaded machine) as an instructor would: a ticket issued with the course's key as ``SEED``, the grader given
+    the same key (so the hidden checks take only that key's tickets)."""
+    from labkit import capstone, tickets
 
+    key = "test-course-key-0123456789"
+    seat = next(s for s in range(200)
+                if capstone._graded_mystery(tickets.issue(key, "lab12_capstone", s), key).name == "host_stats")
     lab = load_lab("lab12_capstone")
     subs = tmp_path / "subs"
     subs.mkdir()
     shutil.copy(lab.source, subs / "instructor.ipynb")
-    params = {"FAST": True, "SEED": capstone.seed_for("host_stats")}
-    cfg = GradeConfig(limits=Limits(notebook_s=400, cell_s=300), workers=1, params=params, progress=False)
+    params = {"FAST": True, "SEED": tickets.issue(key, "lab12_capstone", seat)}
+    cfg = GradeConfig(limits=Limits(notebook_s=400, cell_s=300), workers=1, params=params, progress=False, key=key)
     res = grade(lab.id, [subs], tmp_path / "out", cfg)
     assert not res.failed
     fb = json.loads((tmp_path / "out" / "feedback" / "instructor.json").read_text())
@@ -98,7 +102,7 @@ def test_lab02_q3_holds_the_family_to_the_seed_and_the_number_to_the_run(tmp_pat
         (traces / f"rank{r}.json").write_bytes(gzip.decompress((tmp / f"rank{r}.SYNTHETIC.pt.trace.json.gz")
                                                                .read_bytes()))
     peer = analyze(traces).peer_wait_share
-    seed = faults.seed_for("straggler")
+    seed = faults._seed_for("straggler")
     rec = RunRecord(label="mystery", step_time=Stat.of([0.01, 0.011, 0.01, 0.01]),
                     phases={"forward": Stat.of([0.003] * 4), "backward": Stat.of([0.006] * 4)},
                     config={"mystery_seed": seed, "steps": 6, "warmup_steps": 2})

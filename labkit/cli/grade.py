@@ -35,6 +35,10 @@ def _param(text: str):
     name, sep, value = text.partition("=")
     if not sep or not name.isidentifier():
         raise argparse.ArgumentTypeError(f"--param {text!r}: expected NAME=VALUE, e.g. FAST=True")
+    import re
+
+    if re.fullmatch(r"\d+-[0-9a-f]+", value):      # a ticket (labkit.tickets), never arithmetic: SEED=17-301122
+        return name, value
     try:
         return name, ast.literal_eval(value)
     except (ValueError, SyntaxError):
@@ -65,6 +69,8 @@ def register(subparsers) -> None:
     p.add_argument("--roster", metavar="CSV", help="class list: student_id, name, login, canvas_id, moodle_id")
     p.add_argument("--feedback-values", choices=["show", "hide"], default="hide",
                    help="whether the learner's feedback .md shows the values the checks expected (default hide)")
+    p.add_argument("--key-file", metavar="FILE", help="the instructor's key (labs 8 and 12: the hidden checks "
+                   "accept only tickets it issued, see labkit release --key-file); kept out of every submission")
     p.add_argument("--shard", metavar="i/N", help="grade only the i-th of every N students (sorted by id)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=handler)
@@ -88,7 +94,7 @@ def handler(args) -> int:
                     fsize_mb=args.fsize_mb, output_mb=args.output_mb, **mem)
     cfg = GradeConfig(limits=limits, workers=args.workers, params=dict(args.param), force=args.force,
                       check_s=args.check_timeout, progress=not args.no_progress, roster=args.roster,
-                      shard=args.shard, feedback_values=args.feedback_values)
+                      shard=args.shard, feedback_values=args.feedback_values, key=_key(args.key_file))
     res = grade(read_lab(args.lab), args.submissions, args.out, cfg)
     for row in res.rows:
         marks = " ".join(x for x in (row["source_copy"] and f"source:{row['source_copy']}",
@@ -111,6 +117,14 @@ def handler(args) -> int:
     print(f"graded {len(res.graded)}, skipped (already graded) {len(res.skipped)}, grader errors "
           f"{len(res.failed)} -> {res.gradebook}")
     return 1 if res.failed else 0
+
+
+def _key(path):
+    if path is None:
+        return None
+    from labkit.tickets import read_key
+
+    return read_key(path)
 
 
 def merge_handler(args) -> int:

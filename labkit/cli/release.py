@@ -11,6 +11,11 @@ examples:
   labkit release --course my-course                          # what `make course` runs: your working copy
   labkit release --course-tree /opt/labkit/course            # the released course tree alone (hub image)
   labkit release --course ~/labkit --from /opt/labkit/course # a learner's copy from a released tree (hub)
+  labkit release lab12_capstone --out ~/course-release/ --key-file course.key --tickets ~/lab12-tickets.csv
+
+--key-file with --tickets (labs 8 and 12): write one ticket per seat (seat,seed,ticket; --seats, default 40) to a
+new CSV outside --out; give each learner theirs for SEED, and grade with the same --key-file. The key and the
+tickets never enter the released lab.
 
 --course never overwrites a file you edited: the course's new version goes beside it as NAME.update.ipynb.
 """
@@ -29,6 +34,10 @@ def register(subparsers) -> None:
                    "a lab folder, or the instructor notebook's path")
     p.add_argument("--out", metavar="DIR", help="folder to write the learner version of LAB into (keep it "
                    "outside the repository, or in its ignored build/)")
+    p.add_argument("--key-file", metavar="FILE", help="with LAB and --tickets: the instructor's key (one line, "
+                   "≥ 16 characters) the tickets are tagged with")
+    p.add_argument("--tickets", metavar="CSV", help="with --key-file: new file for the tickets (outside --out)")
+    p.add_argument("--seats", type=int, default=40, help="with --tickets: how many tickets (default 40)")
     p.add_argument("--course", metavar="DIR", help="make or update the working copy DIR of the whole course")
     p.add_argument("--course-tree", metavar="DIR", help="write the released course tree (chapters + released "
                    "labs) into DIR")
@@ -57,6 +66,8 @@ def handler(args) -> int:
     modes = [m for m in ("lab", "course", "course_tree") if getattr(args, m)]
     if len(modes) != 1:
         raise ValueError("labkit release: give exactly one of LAB (with --out), --course DIR or --course-tree DIR")
+    if (args.key_file or args.tickets) and not args.lab:
+        raise ValueError("labkit release: --key-file and --tickets go with LAB --out DIR (labs 8 and 12)")
     if args.tree and not args.course:
         raise ValueError("labkit release: --from TREE goes with --course DIR")
     if args.course_tree:
@@ -77,7 +88,16 @@ def handler(args) -> int:
         raise ValueError("labkit release LAB: --out DIR is required (where the learner version goes)")
     from labkit.grading import release
 
+    if bool(args.key_file) != bool(args.tickets):
+        raise ValueError("labkit release: --key-file and --tickets go together (the key tags the tickets it writes)")
     lab = read_lab(args.lab)
+    key = None
+    if args.key_file:
+        from labkit import tickets
+
+        key = tickets.read_key(args.key_file)
+        out = tickets.write_tickets(key, tickets.keyed_lab(lab.id), args.seats, args.tickets, release_dir=args.out)
+        print(f"{args.seats} tickets -> {out} (yours, not the learners': give each learner one for SEED)")
     path = release(lab.source, args.out)
     print(f"released {lab.id}: {len(lab.questions)} questions, {lab.max_score:g} points -> {path}")
     return 0

@@ -71,6 +71,7 @@ class GradeConfig:
     roster: str | None = None          # a roster CSV (labkit.grading.students.Roster)
     shard: tuple | str | None = None   # (i, N) or "i/N": grade every N-th student from the i-th
     feedback_values: str = "hide"      # "show" / "hide" correct values in the learner's Markdown
+    key: str | None = field(default=None, repr=False)   # the instructor's key: hidden checks verify tickets with it
 
     def __post_init__(self):
         feedback.check_values(self.feedback_values)
@@ -284,6 +285,9 @@ def _checks(lab: Lab, work_root: Path, private: Path, cfg: GradeConfig, submitte
                        for c in lab.checks]}
     (private / "checks_spec.json").write_text(json.dumps(spec))
     env = sandbox.env_for_submission(work_root)
+    env.pop("LABKIT_GRADING_KEY", None)
+    if cfg.key:                  # the checker's environment only: never the spec file, never the submission's kernel
+        env["LABKIT_GRADING_KEY"] = cfg.key
     rc, killed = _run(sandbox.python_cmd() + ["-m", "labkit.grading.checker", str(private / "checks_spec.json")],
                       cwd=private, env=env, limits=cfg.limits,
                       timeout=cfg.check_s * len(lab.checks) + 60, log=private / "checker.log")

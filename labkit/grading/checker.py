@@ -9,6 +9,10 @@ these names defined:
 ``expect(c, m)`` fail with message ``m`` unless ``c``; ``close(a, b, rel=)`` numeric agreement
 ``note(text)``   report a finding that costs no point (an inconclusive A/B): kept in the result's message
 ``CheckFailed``, ``LAB`` (lab id), ``WORK`` (the submission's work folder), ``PARAMS`` (injected parameters)
+``KEY``          the instructor's key (``labkit grade --key-file``; None without one): checks of a lab whose
+                 fault a ticket draws (:mod:`labkit.tickets`) verify the recorded ticket with it. It reaches this
+                 process through its environment only (``LABKIT_GRADING_KEY``, removed on start), never a file
+                 or the submission's kernel
 ``SUBMITTED``    the notebook as the learner submitted it (its outputs are what they saw before the grader
                  re-ran it: untrusted, for saying why a check failed — "that figure is stale" — never for passing one)
 
@@ -45,7 +49,10 @@ def _alarm(signum, frame):
 
 def run_checks(spec: dict) -> list[dict]:
     """Run every check of ``spec`` against the evidence under ``spec["work_root"]``; one result dict each."""
+    import os
+
     lab, work = spec["lab"], Path(spec["work_root"])
+    key = os.environ.pop("LABKIT_GRADING_KEY", None) or None
     results = []
     signal.signal(signal.SIGALRM, _alarm)
     for chk in spec["checks"]:
@@ -56,7 +63,7 @@ def run_checks(spec: dict) -> list[dict]:
             _notes.append(text.strip())
 
         ns = {"__name__": f"labkit_hidden_{chk['id']}", "LAB": lab, "WORK": work,
-              "PARAMS": dict(spec.get("params") or {}), "SUBMITTED": spec.get("submitted"),
+              "PARAMS": dict(spec.get("params") or {}), "SUBMITTED": spec.get("submitted"), "KEY": key,
               "expect": expect, "close": close, "note": _note,
               "CheckFailed": CheckFailed,
               "evidence": lambda q, _lab=lab, _w=work: Evidence.load(_lab, q, root=_w)}

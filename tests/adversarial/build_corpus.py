@@ -136,7 +136,9 @@ def real_lab_corpus() -> dict:
     must not trip over it (a 1.5x inflation pushed the record's MFU past 100 % — q2's sanity bound — whenever
     a loaded machine depressed the measured peak enough that the real MFU exceeded 2/3; at 1.1x that needs a
     real MFU above 91 %). lab03, lab04, lab06, lab08 and lab10: see :func:`_lab03_forged`, :func:`_lab04_forged`,
-    :func:`_lab06_inflated`, :func:`_lab08_forged`, :func:`_lab10_typed_in` and :func:`_lab10_copied`.
+    :func:`_lab06_inflated`, :func:`_lab08_forged`, :func:`_lab10_typed_in` and :func:`_lab10_copied`. The oracle
+    readers (answers from labkit's own hidden draw, read in the learner's kernel): :func:`_lab12_oracle`,
+    :func:`_lab12_oracle_two_runs`, :func:`_lab08_oracle`.
     """
     lab01 = _forged("lab01_baseline", "q1", "record.save(baseline_path)",
                     "record.tokens_per_s *= 1.1  # a better number, typed in\n"
@@ -146,7 +148,8 @@ def real_lab_corpus() -> dict:
             "lab09_forged": _lab09_forged(),
             "lab08_forged": _lab08_forged(), "lab10_forged": _lab10_forged(),
             "lab10_typed_in": _lab10_typed_in(), "lab10_copied": _lab10_copied(),
-            "lab12_forged": _lab12_forged()}
+            "lab12_forged": _lab12_forged(), "lab12_oracle": _lab12_oracle(), "lab12_oracle_two_runs":
+            _lab12_oracle_two_runs(), "lab08_oracle": _lab08_oracle()}
 
 
 def _forged(lab_id: str, qid: str, old: str, new: str):
@@ -257,10 +260,67 @@ answer_q3 = {"tp_all_reduces": predicted_collectives(cfg_b)["tp_all_reduce"], "s
 
 def _lab12_forged():
     """lab12 with the A/B's speed-up inflated in the answer (a better number, typed in): q2's A/B check re-derives
-    the speed-up from the recorded samples and must catch it; the options check and the grader's re-measurement
-    still pass."""
+    the speed-up from the recorded samples and must catch it (3 of q2's 4 points); the options check still passes."""
     return _forged("lab12_capstone", "q2", 'answer_q2 = {"options": fix, "speedup": 1 / result.ratio}',
                    'answer_q2 = {"options": fix, "speedup": 1.5 / result.ratio}  # a better number, typed in')
+
+
+def _answered(lab_id: str, qid: str, work: str):
+    """The instructor source of ``lab_id`` as handed in before running, with question ``qid``'s solution region
+    replaced by ``work`` (what this submission does instead)."""
+    import re
+
+    nb = _forged(lab_id, qid, "### BEGIN SOLUTION", "### BEGIN SOLUTION")
+    c = nb.cells[index(nb, qid)]
+    c.source = re.sub(r"### BEGIN SOLUTION\n.*?### END SOLUTION\n", work.rstrip("\n") + "\n", c.source, flags=re.S)
+    return nb
+
+
+_LAB12_ORACLE = ("mystery = capstone._mystery_of(SEED)  # the oracle: labkit's own draw, read in the learner's kernel\n"
+                 'FIXES = {"data": {"num_workers": 6}, "compute": {"micro_batch": 8, "accum": 1}, "memory": '
+                 '{"checkpoint": True},\n         "communication": {"no_sync": True}, "scheduling": {"grad_stats": False}}\n')
+
+
+def _lab12_oracle():
+    """lab12 answered from the oracle alone (the family of ``capstone._mystery_of(SEED)``, its fix, a speed-up typed
+    in) with no run at all: every check rests on evidence there is none of — 0 of 7."""
+    nb = _answered("lab12_capstone", "q1", _LAB12_ORACLE + (
+        'answer_q1 = {"family": mystery.family, "diagnose_primary": mystery.family,\n'
+        '             "justification": f"workload {SEED} hides {mystery.name}: 100% sure"}'))
+    c = nb.cells[index(nb, "q2")]
+    c.source = _answered("lab12_capstone", "q2", 'fix = FIXES[mystery.family]\n'
+                         'answer_q2 = {"options": fix, "speedup": 2.0}  # typed in').cells[index(nb, "q2")].source
+    return nb
+
+
+def _lab12_oracle_two_runs():
+    """lab12 with the oracle's family, one traced run of the job (diagnosed honestly) and one traced run of the
+    oracle's fix, no A/B: q1 keeps the point of its real traced run and diagnose's verdict on it, the family's two
+    points need a figure of that run in the justification (it cites the oracle), q2 needs the learner's A/B — 1 of 7."""
+    nb = _answered("lab12_capstone", "q1", _LAB12_ORACLE + (
+        'record = work.run(profile_dir=OUT / "mystery")\n'
+        'analysis = trace.analyze(OUT / "mystery")\n'
+        'diagnosis = diagnose(record, analysis)\n'
+        'answer_q1 = {"family": mystery.family, "diagnose_primary": diagnosis.primary,\n'
+        '             "justification": f"workload {SEED} hides {mystery.name} (read from labkit.capstone)"}'))
+    c = nb.cells[index(nb, "q2")]
+    c.source = _answered("lab12_capstone", "q2", 'fix = FIXES[mystery.family]\n'
+                         'fixed_rec = work.run(profile_dir=OUT / "fixed", **fix)\n'
+                         'answer_q2 = {"options": fix, "speedup": 2.0}  # typed in: no A/B').cells[index(nb, "q2")].source
+    return nb
+
+
+def _lab08_oracle():
+    """lab08 answered from the oracle alone: the job's hidden size (``faults._loader_steps(SEED)`` clean steps per
+    batch) gives the wait share k / (k + 1), the fix and its figures typed in, no run — 0 of 5."""
+    nb = _answered("lab08_data_pipeline", "q1", (
+        "k = faults._loader_steps(SEED)  # the oracle: the job's hidden size, read in the learner's kernel\n"
+        'answer_q1 = k / (k + 1)         # the wait share a loader k clean steps slow would give'))
+    c = nb.cells[index(nb, "q2")]
+    c.source = _answered("lab08_data_pipeline", "q2", 'fix = {"num_workers": 2 * k}\n'
+                         'answer_q2 = {"wait_share_after": 0.05, "speedup": k + 1.0}  # typed in'
+                         ).cells[index(nb, "q2")].source
+    return nb
 
 
 def main() -> int:
