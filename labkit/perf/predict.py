@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from labkit import checks, flops
 from labkit.comm.models import hierarchical_time, ring_time
 from labkit.flops import attention_core_flops_per_token
-from labkit.memory.estimate import activation_bytes, model_state_bytes
+from labkit.memory.estimate import activation_bytes, model_state_bytes, pipeline_in_flight
 from labkit.perf.layout import Cluster, Layout
 from labkit.perf.steptime import StepParts, compute_time
 
@@ -389,8 +389,7 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
     one_mb = activation_bytes(shape, lay.micro_batch, recompute=lay.recompute, tp=lay.tp,
                               sequence_parallel=lay.sequence_parallel, seq_len=s_loc, dtype_bytes=act_b,
                               flash_attention=lay.flash_attention)
-    in_flight = 1 if p == 1 else {"gpipe": m, "1f1b": min(p, m),
-                                  "interleaved": min(p, m) * (1 + (p - 1) / (p * v))}[lay.schedule]
+    in_flight = pipeline_in_flight(p, m, lay.schedule, v)   # the first stage's peak (memory.estimate)
     acts = one_mb * layers_gpu / L * in_flight
     memory = {"model_states": states.model_states, "activations": float(acts),
               "total": states.model_states + float(acts)}
