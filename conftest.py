@@ -31,7 +31,10 @@ def pytest_configure(config):
     os.environ[CACHE_ENV] = path
     try:
         # this process's thread count and 1 (each of two CPU ranks), fp32: what the notebooks divide by
-        calibrate("cpu", ("fp32",), threads=sorted({torch.get_num_threads(), 1}), rounds=2, max_seconds=3.0)
+        # strict=False: on a loaded CI machine an unconfirmed peak is still the session's one denominator (a
+        # learner's `labkit calibrate` refuses it instead; tests/test_hardware.py checks that)
+        calibrate("cpu", ("fp32",), threads=sorted({torch.get_num_threads(), 1}), rounds=2, max_seconds=3.0,
+                  strict=False)
     finally:
         if old is None:
             os.environ.pop(CACHE_ENV)

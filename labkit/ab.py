@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, replace
 
 from labkit import checks
-from labkit.regress import Verdict, compare
+from labkit.regress import Verdict, compare, confidence_text
 
 NO_DIFFERENCE = "no difference at this resolution"
 VERDICTS = ("faster", "slower", "unchanged", NO_DIFFERENCE)
@@ -118,16 +118,16 @@ class ABResult:
             f"  {la}: median {self._fmt(self.versus.baseline_median)} (spread {self.versus.baseline_spread:.1%})"
             f"   {lb}: median {self._fmt(self.versus.candidate_median)} (spread {self.versus.candidate_spread:.1%})",
             f"  {lb}/{la} = {self.ratio:.3f} ({change:+.1%}), {self.ci_level:.0%} CI [{self.ci[0]:.3f}, "
-            f"{self.ci[1]:.3f}]; Mann–Whitney p = {self.versus.p_value:.2g}",
+            f"{self.ci[1]:.3f}] (bootstrap of the median ratio)",
             f"  noise floor ({la} vs {la}'): CI [{self.floor.ci[0]:+.1%}, {self.floor.ci[1]:+.1%}] → resolution "
             f"±{self.resolution:.1%}; practical threshold ±{self.min_effect:.0%}",
         ]
         if self.differs:
             lines.append(f"  {self.verdict.upper()}: {lb}'s {self.metric} is {self.ratio:.3g}× {la}'s ({change:+.1%}; "
-                         f"confidence {self.versus.confidence:.0%})")
+                         f"{confidence_text(self.versus.confidence)})")
         elif self.verdict == "unchanged":
             lines.append(f"  UNCHANGED: {lb} is within ±{self.min_effect:.0%} of {la} "
-                         f"(confidence {self.versus.confidence:.0%})")
+                         f"({confidence_text(self.versus.confidence)})")
         else:
             reach = max(self.resolution, abs(self.ci[0] - 1), abs(self.ci[1] - 1))
             lines.append(f"  NO DIFFERENCE AT THIS RESOLUTION (±{reach:.1%}): {la} moved up to ±{self.resolution:.1%} "

@@ -31,6 +31,10 @@ from labkit.record import atomic_write_text
 #: what the harness injects on a CPU-only machine (CI): small sizes, same code paths
 CI_PARAMS = {"FAST": True}
 KERNEL = "python3"
+#: The kernelspec every notebook names: what scripts/bootstrap.sh installs (``ipykernel install --name python3
+#: --display-name "Python 3 (ipykernel)"``). Any other display name makes JupyterLab rewrite it on open, so an
+#: untouched notebook asks "Save changes?" on close (tests/test_notebooks.py checks every notebook).
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": KERNEL}
 
 
 def _rel(path: str | os.PathLike) -> Path:
@@ -180,6 +184,7 @@ def refresh(path: str | os.PathLike, *, params: dict | None = None) -> float:
     nb = nbformat.read(src, as_version=4)
     if "language_info" in ran.metadata:   # what the kernel reports: JupyterLab then opens the notebook unmodified
         nb.metadata["language_info"] = ran.metadata["language_info"]
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)   # the installed kernel's spec, for the same reason
     for c in nb.cells:
         if c.cell_type == "code" and c.get("id") in outputs:
             c.outputs = outputs[c["id"]].get("outputs", [])

@@ -27,6 +27,10 @@ much, a known mistake named in ``mistakes``, or a percentage given where a fract
 the reverse). It returns ``True`` only for a correct answer, so an executed notebook can assert that a
 check passes for the computed answer and fails for a wrong one.
 
+A notebook verifies its own questions (the right answer passes, a known mistake fails) with
+:func:`verify`, or with ``assert quiz.check(...)``: a check that is the test of an ``assert`` statement prints
+nothing, so Run All never shows the answers under questions the learner has not answered yet.
+
 Answers may be numbers (relative tolerance ``tol_rel``, absolute ``tol_abs`` for answers near 0),
 strings (compared case- and space-insensitively; ``choices`` lists the valid options) or booleans.
 
@@ -39,7 +43,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Question", "Prediction", "check", "check_all", "Feedback", "evaluate"]
+__all__ = ["Question", "Prediction", "check", "check_all", "verify", "Feedback", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -274,14 +278,44 @@ def evaluate(question: Question, value: Any) -> Feedback:
     return Feedback(q.id, "wrong", f"{_fmt(v)}{unit} is {direction}{off} (tolerance {q.tol_rel:.0%})")
 
 
+def verify(question: Question, value: Any) -> bool:
+    """True when ``value`` is a correct answer to ``question``, printing nothing: how a notebook checks its own
+    questions without revealing their answers before the learner has tried. Taught in chapter 1."""
+    return evaluate(question, value).ok
+
+
+def _in_assert(depth: int = 2) -> bool:
+    """Whether the caller ``depth`` frames up is evaluating the test of an ``assert`` statement (read from its
+    source, a file or a notebook cell in ``linecache``; False when the source cannot be read)."""
+    import ast
+    import linecache
+    import sys
+
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return False
+    src = "".join(linecache.getlines(frame.f_code.co_filename, frame.f_globals))
+    try:
+        tree = ast.parse(src)
+    except (SyntaxError, ValueError):
+        return False
+    line = frame.f_lineno
+    return any(isinstance(node, ast.Assert) and node.lineno <= line <= (node.end_lineno or node.lineno)
+               for node in ast.walk(tree))
+
+
 def check(question: Question, value: Any) -> bool:
     """Print feedback on the learner's ``value`` and return True only when it is correct.
 
     ``None`` prints "not answered yet" and returns False (not an error: an unanswered notebook still
     runs top to bottom). A wrong answer prints why. After a correct answer or a wrong one the
-    explanation is printed too. Taught in chapter 1.
+    explanation is printed too. Inside an ``assert`` (a notebook verifying its own question) it prints
+    nothing, as :func:`verify`: the answer is not revealed before the learner answers. Taught in chapter 1.
     """
     fb = evaluate(question, value)
+    if fb.status != "unanswered" and _in_assert():   # the notebook verifying itself: reveal nothing
+        return fb.ok
     mark = {"correct": "✔", "wrong": "✘", "unanswered": "…"}[fb.status]
     print(f"{mark} [{fb.question_id}] {fb.message}")
     if fb.status != "unanswered" and question.explanation:

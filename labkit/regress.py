@@ -5,14 +5,17 @@ candidate sample (e.g. step times, or tokens/s) and decides with two guards:
 
 1. **Statistics** — a seeded bootstrap confidence interval of the ratio of medians
    (candidate median ÷ baseline median; Efron & Tibshirani 1993, *An Introduction to the Bootstrap*,
-   ch. 13, percentile interval), and the Mann–Whitney U test (normal approximation with tie
-   correction; Mann & Whitney 1947) as a second, rank-based opinion reported beside it.
+   ch. 13, percentile interval). The Mann–Whitney U test (normal approximation with tie correction;
+   Mann & Whitney 1947) is kept in ``Verdict.p_value`` as data, never printed beside the verdict: a report
+   states ONE verdict and ONE confidence, both from the bootstrap (a p = 0.06 beside "SLOWER, confidence
+   100 %" — two tests disagreeing at n = 4 — told a reader nothing).
 2. **Practical effect** — a minimum effect size ``min_effect`` (default 3 %): the whole confidence
    interval must lie beyond ±``min_effect`` of "no change" before a run is called faster or slower.
    So noise is never called a regression, and a real but negligible change is "unchanged".
 
 ``confidence`` is the bootstrap probability that the change is on the reported side of the practical
-threshold (for "unchanged": the probability that it lies within it).
+threshold (for "unchanged": the probability that it lies within it); :func:`confidence_text` prints it, a
+share of all resamples as "> 99.9 %" (a bootstrap cannot tell certainty from 4000 agreeing resamples).
 
 :class:`BaselineStore` keeps named baselines as JSON files, so a CI job can ``save`` once and
 ``check`` every run. A save never replaces a baseline unless ``overwrite=True``, and that holds under
@@ -63,15 +66,24 @@ class Verdict:
     higher_is_better: bool
 
     def report(self) -> str:
+        """One verdict with one confidence, both from the bootstrap (module docstring). Taught in chapter 28."""
         what = "higher is better" if self.higher_is_better else "lower is better"
-        return (f"{self.verdict.upper()} (confidence {self.confidence:.0%}): median {self.baseline_median:.6g} → "
+        return (f"{self.verdict.upper()} ({confidence_text(self.confidence)}): median {self.baseline_median:.6g} → "
                 f"{self.candidate_median:.6g} ({self.change:+.1%}, {self.ci_level:.0%} CI "
                 f"[{self.ci[0]:+.1%}, {self.ci[1]:+.1%}]; {what}); practical threshold ±{self.min_effect:.0%}; "
-                f"Mann–Whitney p = {self.p_value:.3g}; spread (p90−p10)/median {self.baseline_spread:.1%} → "
+                f"spread (p90−p10)/median {self.baseline_spread:.1%} → "
                 f"{self.candidate_spread:.1%}; n = {self.n_baseline} vs {self.n_candidate}")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def confidence_text(confidence: float) -> str:
+    """``"bootstrap confidence 97 %"``; a share of all resamples (≥ 99.95 %) as "> 99.9 %", since agreeing
+    resamples bound the confidence from below only. Taught in chapter 28."""
+    c = checks.fraction("confidence", confidence)
+    return "bootstrap confidence > 99.9 %" if c >= 0.9995 else f"bootstrap confidence {c:.1%}" if c > 0.99 else \
+        f"bootstrap confidence {c:.0%}"
 
 
 MAX_SAMPLES = 1_000_000            # repeated measurements of one metric: a few to a few thousand

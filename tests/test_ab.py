@@ -146,6 +146,34 @@ def test_report_and_dict():
     assert d["floor"]["n_baseline"] == 9 and d["differs"] is True and d["labels"] == ["eager", "compiled"]
 
 
+def test_one_verdict_one_confidence_from_one_test():
+    """Four runs each, every B above every A: the bootstrap puts > 99 % of resamples beyond the threshold while the
+    Mann–Whitney normal approximation gives p = 0.06 — the report states the bootstrap's verdict and confidence
+    alone, once, and says which test it is, never the other test's p beside it (issue #34)."""
+    from labkit import regress
+
+    a, b = [1.05, 1.01, 0.87, 1.21], [1.33, 1.55, 1.17, 1.34]
+    v = regress.compare(a, b, higher_is_better=False)
+    assert v.verdict == "slower" and v.confidence > 0.99 and v.p_value > 0.05     # the two tests disagree
+    text = v.report()
+    assert "Mann" not in text and "p =" not in text and text.count("confidence") == 1
+    assert f"bootstrap confidence {v.confidence:.1%}" in text and "100%" not in text   # not rounded to certainty
+    assert regress.confidence_text(1.0) == "bootstrap confidence > 99.9 %"
+    assert regress.confidence_text(0.5) == "bootstrap confidence 50%"
+    assert regress.confidence_text(0.995) == "bootstrap confidence 99.5%"
+    with pytest.raises(ValueError, match="confidence"):
+        regress.confidence_text(1.5)
+
+
+def test_ab_report_states_one_verdict_and_one_confidence():
+    r = ab_compare(normal(0.010, 0.0002, 11), normal(0.010, 0.0002, 12, scale=1.2), rounds=9)
+    text = r.report()
+    assert "Mann" not in text and "p =" not in text
+    assert text.count("confidence") == 1 and "bootstrap" in text
+    verdict_lines = [ln for ln in text.splitlines() if ln.strip().startswith(("SLOWER", "FASTER", "UNCHANGED", "NO "))]
+    assert len(verdict_lines) == 1 and "SLOWER" in verdict_lines[0] and "confidence" in verdict_lines[0]
+
+
 # ------------------------------------------------------------------ bad arguments
 @pytest.mark.parametrize("kw, match", [
     ({"rounds": 2}, "rounds"), ({"rounds": 10.0}, "rounds"), ({"rounds": True}, "rounds"),

@@ -129,3 +129,39 @@ def test_a_link_between_two_nodes_delays_the_buckets_and_one_node_pays_nothing()
     assert c["buckets"] == a["buckets"]          # no_sync: one all-reduce per step whatever the accumulation
     assert two.step_time.median > a["injected_s"] / base.steps     # the sleep is inside the timed step
     assert math.isclose(two.loss[0], one.loss[0], rel_tol=1e-6)  # the link delays, never changes, the numbers
+
+
+# ----------------------------------------------------------------- the fix's placement: TP × PP inside a node
+def test_the_fix_and_the_replanned_layout_keep_tp_x_pp_inside_a_node():
+    t13 = cases.thirteen_b()
+    fix = list(t13.modelled().values())[-1]
+    g = fix.cluster.gpus_per_node
+    block = fix.layout.group_ranks("tp", "pp")                    # one model replica's TP × PP ranks
+    assert len(block) == 4 and max(block) // g == min(block) // g   # one node
+    assert any("PP:" in a and "inside a node" in a for a in fix.assumptions)
+    outer = perf.predict(_shape(), fix.layout.with_(order="tp-cp-dp-pp"), fix.cluster, global_batch=fix.global_batch)
+    pp_out = outer.layout.group_ranks("pp")
+    assert max(pp_out) // g != 0                                    # PP outermost: its sends cross the 25 GbE
+    assert any("PP:" in a and "across nodes" in a for a in outer.assumptions)
+    assert fix.step_s < outer.step_s and fix.comm_s["pp"] < outer.comm_s["pp"]
+    pl = perf.plan(_shape(), fix.cluster, global_batch=fix.global_batch, strategies=("zero1", "zero2"),
+                   recompute=("none",), virtual_stages=())
+    best = pl.best_with(tp=2, pp=2)                                 # the planner places it inside a node too
+    assert best.layout.order == "tp-cp-pp-dp"
+    ranks = best.layout.group_ranks("tp", "pp")
+    assert max(ranks) // g == min(ranks) // g and "ranks tp-cp-pp-dp" in best.layout.describe()
+
+
+def test_rank_order_strides_and_bad_order():
+    lay = perf.Layout(dp=4, tp=2, pp=2, order="tp-cp-pp-dp")
+    assert (lay.stride("tp"), lay.stride("pp"), lay.stride("dp")) == (1, 2, 4)
+    assert lay.group_ranks("dp") == [0, 4, 8, 12] and lay.group_ranks("tp", "pp") == [0, 1, 2, 3]
+    default = perf.Layout(dp=4, tp=2, pp=2)
+    assert default.group_ranks("pp") == [0, 8] and default.group_ranks("cp", "dp") == [0, 2, 4, 6]
+    with pytest.raises(ValueError, match="order='pp-dp-tp'"):
+        perf.Layout(order="pp-dp-tp")
+
+
+def _shape():
+    from labkit.cases.thirteen_b import LLAMA_13B_SHAPE
+    return LLAMA_13B_SHAPE

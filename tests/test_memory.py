@@ -138,3 +138,43 @@ def test_memory_cli(capsys):
     assert '"activations"' in capsys.readouterr().out
     assert main(["memory", "--params", "1e9", "--strategy", "bogus"]) == 2
     assert GiB == 2**30
+
+
+# ------------------------------------------------------------- a pipeline stage's activations (chapters 24, 26)
+@pytest.mark.parametrize("schedule,v,m", [("1f1b", 1, 32), ("1f1b", 1, 3), ("gpipe", 1, 8), ("interleaved", 2, 16)])
+def test_stage_activations_equal_perf_predicts_in_flight_rule(schedule, v, m):
+    """Per-stage activation memory is perf.predict's: one micro-batch of s/cp tokens × the stage's layers ÷ L ×
+    the micro-batches in flight (min(p, m) under 1F1B) — not the whole model's ÷ p."""
+    from labkit import flops
+    from labkit.memory.estimate import activation_bytes, pipeline_in_flight, stage_activation_bytes
+    from labkit.perf import Layout, cluster, predict
+    shape, p, s = flops.preset("llama3-8b"), 4, 4096          # 32 layers over 4 stages
+    lay = Layout(dp=2, tp=2, pp=p, cp=2, micro_batch=1, schedule=schedule, virtual_stages=v,
+                 sequence_parallel=True)
+    pr = predict(shape, lay, cluster("dgx-h100", nodes=4), global_batch=2 * m, seq_len=s)
+    assert pr.micro_batches == m
+    mine = stage_activation_bytes(shape, 1, pp=p, micro_batches=m, schedule=schedule, virtual_stages=v, cp=2,
+                                  seq_len=s, tp=2, sequence_parallel=True, flash_attention=True)
+    assert mine == pytest.approx(pr.memory["activations"], rel=1e-9)
+    whole = activation_bytes(shape, 1, seq_len=s // 2, tp=2, sequence_parallel=True, flash_attention=True)
+    assert mine == pytest.approx(whole / p * pipeline_in_flight(p, m, schedule, v))
+    if schedule == "1f1b":
+        assert mine == pytest.approx(whole * min(p, m) / p)   # m ≥ p: the whole model's activations once
+
+
+def test_stage_activations_1f1b_do_not_shrink_with_pp_and_bad_input():
+    from labkit import flops
+    from labkit.memory.estimate import activation_bytes, pipeline_in_flight, stage_activation_bytes
+    l405 = flops.preset("llama3-405b")                        # 126 layers: 8 on the first of 16 stages
+    kw = dict(seq_len=131072, tp=8, sequence_parallel=True, flash_attention=True)
+    whole = activation_bytes(l405, 1, **kw)
+    stage = stage_activation_bytes(l405, 1, pp=16, micro_batches=16, **kw)
+    assert stage == pytest.approx(whole * 8 / 126 * 16) and stage > whole          # not whole / 16
+    assert stage_activation_bytes(l405, 1, pp=16, micro_batches=16, cp=16, **kw) == pytest.approx(stage / 16, rel=1e-3)
+    assert pipeline_in_flight(1, 8) == 1 and pipeline_in_flight(4, 2) == 2 and pipeline_in_flight(4, 8, "gpipe") == 8
+    with pytest.raises(ValueError, match="cp=3"):
+        stage_activation_bytes(l405, 1, pp=16, micro_batches=16, cp=3, **kw)
+    with pytest.raises(ValueError, match="pp=200"):
+        stage_activation_bytes(l405, 1, pp=200, micro_batches=16, **kw)
+    with pytest.raises(ValueError, match="schedule"):
+        pipeline_in_flight(4, 8, "zigzag")

@@ -52,3 +52,38 @@ def test_notebook_executes_with_cpu_parameters(entry, calibrated_peaks):
     code = [c for c in executed["cells"] if c["cell_type"] == "code"]
     assert code and all(c.get("execution_count") for c in code if c["source"]), "a code cell did not run"
     print(f"{entry.id}: {seconds:.1f} s (manifest says {entry.cpu_s:.0f} s)")
+
+
+def _bootstrap_kernelspec() -> dict:
+    """--name and --display-name of the `ipykernel install` line scripts/bootstrap.sh runs."""
+    import re
+    import shlex
+
+    line = next(ln for ln in (ROOT / "scripts" / "bootstrap.sh").read_text().splitlines()
+                if "ipykernel install" in ln and not ln.lstrip().startswith("#"))
+    args = shlex.split(line.split("ipykernel install", 1)[1].split(">")[0])
+    get = {a: args[i + 1] for i, a in enumerate(args[:-1]) if re.fullmatch(r"--(name|display-name)", a)}
+    return {"name": get["--name"], "display_name": get["--display-name"]}
+
+
+def test_kernelspec_constant_is_what_bootstrap_installs():
+    want = _bootstrap_kernelspec()
+    assert {k: notebooks.KERNELSPEC[k] for k in want} == want and notebooks.KERNELSPEC["language"] == "python"
+
+
+_ALL = course.notebooks()
+# labs/ is edited by the labs' owner (issue #34 item): their kernelspec still says "Python 3" until then
+_KS_MARKS = {e.id: pytest.mark.xfail(strict=True, reason="labs/ kernelspec not yet aligned (outside ch-fixes)")
+             for e in _ALL if e.kind == "lab"}
+
+
+@pytest.mark.parametrize("entry", [pytest.param(e, marks=_KS_MARKS.get(e.id, ())) for e in _ALL],
+                         ids=[e.id for e in _ALL])
+def test_every_notebook_names_the_installed_kernel(entry):
+    """A notebook whose kernelspec differs from the installed kernel's opens modified in JupyterLab (it rewrites
+    the display name), so closing an untouched chapter asks "Save changes?"."""
+    path = ROOT / entry.path
+    if not path.is_file():
+        pytest.skip(f"{entry.path} is planned, not on disk")
+    ks = json.loads(path.read_text())["metadata"].get("kernelspec")
+    assert ks == notebooks.KERNELSPEC, f"{entry.path}: kernelspec {ks} is not {notebooks.KERNELSPEC}"

@@ -12,7 +12,8 @@ def q(**kw):
 
 
 def test_correct_within_tolerance(capsys):
-    assert quiz.check(q(), 0.43) is True
+    ok = quiz.check(q(), 0.43)          # a learner's check prints (inside an assert it would be silent)
+    assert ok is True
     out = capsys.readouterr().out
     assert "correct" in out and "why: 1/(1-d) - 1" in out
 
@@ -32,7 +33,8 @@ def test_unanswered_is_not_an_error(capsys):
     ("lots", "expected a number"),
 ])
 def test_wrong_numbers_say_why(value, words, capsys):
-    assert quiz.check(q(), value) is False
+    ok = quiz.check(q(), value)
+    assert ok is False
     assert words in capsys.readouterr().out
 
 
@@ -121,3 +123,28 @@ def test_bad_predictions_rejected():
     assert "modelled 2" in quiz.Prediction("x", "p", basis="modelled").evaluate(1.0, 2.0).message
     with pytest.raises(ValueError, match="actual must be a finite number"):
         quiz.Prediction("x", "p").evaluate(1.0, float("nan"))
+
+
+def test_a_notebooks_own_verification_reveals_nothing(capsys):
+    """Run All must not print the answers under unanswered questions (issue #34: ch29's last cell printed
+    '✔ correct (0.7222…)'): inside an assert, and through verify, a check is silent; the learner's own check
+    still prints its feedback and explanation."""
+    import linecache
+
+    q = quiz.Question("t-q", "2+2?", answer=4, explanation="SECRET-WHY", mistakes={5: "off by one"})
+    cell = ("assert quiz.check(q, 4) and not quiz.check(\n"
+            "    q, 5)\n"
+            "ok = quiz.check(q, 4)\n")
+    name = "<notebook-cell-test>"
+    linecache.cache[name] = (len(cell), None, cell.splitlines(True), name)   # as IPython registers a cell
+    try:
+        env = {"quiz": quiz, "q": q}
+        exec(compile(cell.split("ok =")[0], name, "exec"), env)
+        assert capsys.readouterr().out == ""                                  # the assert revealed nothing
+        exec(compile(cell, name, "exec"), env)
+        out = capsys.readouterr().out
+        assert env["ok"] is True and out.count("correct (4; expected 4)") == 1 and out.count("SECRET-WHY") == 1
+    finally:
+        linecache.cache.pop(name, None)
+    assert quiz.verify(q, 4) and not quiz.verify(q, 5) and not quiz.verify(q, None)
+    assert capsys.readouterr().out == ""

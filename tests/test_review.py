@@ -55,11 +55,18 @@ def test_kpi_table_computed_from_case_and_thresholds():
     assert util["overlapped step"] == 1.0 and util["KPI, overlapped"] == "passes"           # a kernel always runs
     assert util["measured step"] == pytest.approx(c.step_ms(True) / c.measured_step_ms)
     assert util["KPI, measured"] == "fails" and util["⚠"]
-    comm = rows["communication < 40 %"]
-    assert comm["overlapped step"] == pytest.approx(120 / 135) and comm["KPI, overlapped"] == "fails"
-    assert "22%" in comm["⚠"]                                                          # exposed 30/135
-    assert rows["pipeline efficiency > 70 %"]["KPI, overlapped"] == "passes" and not rows["pipeline efficiency > 70 %"]["⚠"]
-    assert "m ≥ 8" in rows["pipeline efficiency > 70 %"]["labkit's figures (overlapped / measured)"]
+    comm = rows["communication < 40 %"]                    # the source's comm/(comm + compute): 120/210 on both
+    assert comm["overlapped step"] == pytest.approx(c.comm_ms / (c.comm_ms + c.compute_ms)) == pytest.approx(4 / 7)
+    assert comm["measured step"] == pytest.approx(4 / 7) and comm["KPI, measured"] == "fails"
+    assert comm["KPI, overlapped"] == "fails" and "57%" in comm["⚠"] and "22%" in comm["⚠"]   # exposed 30/135
+    pipe = rows["pipeline efficiency > 70 %"]                # useful compute ÷ total time: 90/135 and 90/200
+    assert pipe["overlapped step"] == pytest.approx(c.compute_ms / c.step_ms(True)) == pytest.approx(2 / 3)
+    assert pipe["measured step"] == pytest.approx(c.compute_ms / c.measured_step_ms) == pytest.approx(0.45)
+    assert pipe["KPI, overlapped"] == pipe["KPI, measured"] == "fails"
+    assert "67%" in pipe["⚠"] and "45%" in pipe["⚠"]
+    assert "m ≥ 8" in pipe["labkit's figures (overlapped / measured)"]
+    slow = rv.kpi_table(Thresholds(), bert_large(compute_ms=100.0, forward_ms=60.0))   # from the case, not typed
+    assert {r["KPI"]: r for r in slow}["pipeline efficiency > 70 %"]["overlapped step"] == pytest.approx(100 / 135)
     assert rows["power ≥ 80 % TDP"]["KPI, overlapped"] == "n/a"
     assert "108%" in rows["PCIe ≤ 70 %"]["⚠"]
     th = Thresholds(comm_exposed=0.25)

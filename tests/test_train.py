@@ -170,6 +170,7 @@ def test_accumulation_sync_options_count_collectives_and_keep_the_curve(tmp_path
     base = BASE.replace(micro_batch=1, accum=4, steps=4)
     variants = {"ddp": {"parallel": "ddp"}, "ddp_sync": {"parallel": "ddp", "no_sync": False},
                 "fsdp": {"parallel": "fsdp"}, "fsdp_sync": {"parallel": "fsdp", "no_sync": False},
+                "fsdp_torch": {"parallel": "fsdp", "reshard_after_forward": None},   # torch's default: not the root
                 "fsdp_keep": {"parallel": "fsdp", "reshard_after_backward": False},
                 "fsdp_none": {"parallel": "fsdp", "reshard_after_forward": False, "reshard_after_backward": False}}
     table, recs = tune.accumulation_collectives(base, variants, nprocs=2, out_dir=tmp_path, timeout_s=300)
@@ -178,9 +179,13 @@ def test_accumulation_sync_options_count_collectives_and_keep_the_curve(tmp_path
     assert c.loc["ddp", "all_reduce"] == 1 and c.loc["ddp_sync", "all_reduce"] == 4
     assert c.loc["ddp", "all_gather"] == c.loc["ddp_sync", "all_gather"] == 0
     assert c.loc["fsdp", "all_gather"] == 2 * units * 4
+    # torch's fully_shard default (None) keeps the root gathered from its forward to its backward: 20, not 24
+    from labkit.memory.sharding import collectives_per_step
+    assert c.loc["fsdp_torch", "all_gather"] == (2 * units - 1) * 4 == 20 \
+        == collectives_per_step(units - 1, reshard_after_forward=None, accum=4)["all_gather"]
     assert c.loc["fsdp_keep", "all_gather"] == 2 * units + (4 - 1) * units   # no re-gather before later forwards
     assert c.loc["fsdp_none", "all_gather"] == units
-    assert (c.loc[["fsdp", "fsdp_keep", "fsdp_none"], "all_reduce"] == units).all()   # gloo: reduce-scatter
+    assert (c.loc[["fsdp", "fsdp_torch", "fsdp_keep", "fsdp_none"], "all_reduce"] == units).all()   # gloo: reduce-scatter
     assert c.loc["fsdp_sync", "all_reduce"] == 4 * units
     for rec in recs:
         assert rec.loss == pytest.approx(single_curve, rel=1e-5), rec.label

@@ -83,12 +83,15 @@ def target_scenarios(case=None, target: float = TARGET_SPEEDUP) -> list[dict]:
 
 def _kpi_values(c: BertLargeCase, step_ms: float, serial_ms: float) -> dict:
     """The KPIs' metrics on a step of ``step_ms`` whose overlapped part is the case's and whose rest
-    (``serial_ms``: overheads) runs on the host with the GPU idle."""
+    (``serial_ms``: overheads) runs on the host with the GPU idle. The source's definitions: pipeline
+    efficiency = useful compute time ÷ total time (有效计算时间/总耗时: 90/135 = 67 %, 90/200 = 45 %);
+    communication share = comm ÷ (comm + compute) (120/210 = 57 %, the same on both steps)."""
     busy = c.step_ms(True)                  # some kernel runs: compute or the all-reduce, then the sync
     exposed = c.parts.exposed_comm(True) * 1e3
     need = c.implied_link_bw()
-    return {"gpu_util": busy / step_ms, "compute": c.compute_ms / step_ms, "comm": c.comm_ms / step_ms,
-            "comm_exposed": exposed / step_ms, "pipeline": 1.0, "power": None,
+    return {"gpu_util": busy / step_ms, "compute": c.compute_ms / step_ms,
+            "comm": c.comm_ms / (c.comm_ms + c.compute_ms), "comm_of_step": c.comm_ms / step_ms,
+            "comm_exposed": exposed / step_ms, "pipeline": c.compute_ms / step_ms, "power": None,
             "pcie": need / LINKS["PCIe 3.0 x16"] * c.comm_ms / step_ms, "serial": serial_ms}
 
 
@@ -105,9 +108,10 @@ def kpi_table(thresholds, case=None) -> list[dict]:
     rule of ``thresholds`` (a :class:`labkit.diagnose.Thresholds`) that judges the same thing, and whether the KPI is wrong or
     unmeasurable as stated (``warn``). GPU-Util is the share of the step in which some kernel runs (the
     all-reduce kernel included); PCIe is the link's load if the all-reduce ran over PCIe 3.0 x16, as the
-    source says. Taught in chapter 30."""
+    source says. Pipeline efficiency is the source's useful compute ÷ total time and communication its
+    comm ÷ (comm + compute) (:func:`_kpi_values`). Taught in chapter 30."""
     c = _case(case)
-    th = _thresholds(thresholds, ("mfu_low", "comm_exposed", "data_wait", "severity_high"))
+    th = _thresholds(thresholds, ("mfu_low", "comm_exposed", "data_wait", "host_wait", "severity_high"))
     ov, me = _kpi_values(c, c.step_ms(True), 0.0), _kpi_values(c, c.measured_step_ms, c.overhead_ms)
     need_share = c.implied_link_bw() / LINKS["PCIe 3.0 x16"]
     m_min = next(m for m in range(1, 1000) if m / (m + 3) > 0.7)   # 1F1B with p = 4 stages: m/(m+p−1) > 70 %
@@ -117,9 +121,11 @@ def kpi_table(thresholds, case=None) -> list[dict]:
                      f"{me['compute']:.0%}; exposed communication {ov['comm_exposed']:.0%} / {me['comm_exposed']:.0%}"),
         "comm": (f"EXPOSED communication > {th.comm_exposed:.0%} of the step → communication finding",
                  f"exposed {ov['comm_exposed']:.0%} / {me['comm_exposed']:.0%}"),
-        "pipeline": (f"no diagnose rule: the bubble (p−1)/(m+p−1) is a layout term of labkit.perf.predict; as a score "
-                     f"a 30 % bubble is 'high' (≥ {th.severity_high:.0%})", f"no pipeline (p = 1); with p = 4, "
-                     f"1F1B needs m ≥ {m_min} micro-batches for > 70 %"),
+        "pipeline": (f"no rule by that name: the time it counts as lost is judged by cause — exposed communication > "
+                     f"{th.comm_exposed:.0%}, data wait > {th.data_wait:.0%}, host wait > {th.host_wait:.0%} — and "
+                     f"the work by MFU < {th.mfu_low:.0%}", f"compute {ov['compute']:.0%} / {me['compute']:.0%} of "
+                     f"the step; (a pipeline-parallel layout's m/(m+p−1) is another quantity: with p = 4, 1F1B "
+                     f"needs m ≥ {m_min} micro-batches for > 70 %)"),
         "power": ("no rule: MFU judges the work, whatever the power", "the source gives no power figure"),
         "pcie": ("no rule: the link is fitted from busbw (chapter 11) and judged by exposed communication",
                  f"the all-reduce needs {need_share:.0%} of PCIe 3.0 x16 while it runs"),
@@ -127,8 +133,11 @@ def kpi_table(thresholds, case=None) -> list[dict]:
     warn = {
         "gpu_util": f"counts the all-reduce kernel as busy: {ov['gpu_util']:.0%} on a step whose compute is "
                     f"{ov['compute']:.0%}",
-        "comm": f"total or exposed? {ov['comm']:.0%} vs {ov['comm_exposed']:.0%} on the same step",
-        "pipeline": "",
+        "comm": f"counts the all-reduce hidden under compute: comm/(comm + compute) = {ov['comm']:.0%} while "
+                f"{ov['comm_exposed']:.0%} / {me['comm_exposed']:.0%} of the step is exposed",
+        "pipeline": f"{ov['pipeline']:.0%} and {me['pipeline']:.0%} fail the source's own > 70 %: the step is "
+                    f"{c.step_ms(True) - c.compute_ms:g} ms / {c.measured_step_ms - c.compute_ms:g} ms longer than "
+                    f"its {c.compute_ms:g} ms of compute",
         "power": "power is not work; no figure in the case",
         "pcie": f"the source's own 120 ms needs {need_share:.0%} of PCIe 3.0 x16: ≤ 70 % cannot hold",
     }

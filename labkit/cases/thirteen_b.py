@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from labkit import checks
 from labkit.cases._common import SOURCE, CaseWarning, _case
+from labkit.cases.bert import LINKS
 from labkit.comm.models import bus_factor
 from labkit.perf.layout import CLUSTERS
 
@@ -152,7 +153,8 @@ class ThirteenBCase:
     def modelled(self, *, achievable: float = 0.5) -> dict:
         """MODELLED view (``labkit.perf.predict``, not the source's numbers): LLaMA-13B with 2048 × 2048-token
         batches on the "a100-25gbe" preset — pure data parallel (ZeRO-2) on 64 and 128 GPUs, and the fix
-        (TP 2 inside a node × PP 2, 4× accumulation) on 128. Returns {name: Prediction}."""
+        (TP 2 × PP 2 inside a node — ranks numbered "tp-cp-pp-dp", so only the DP reduction crosses the 25 GbE
+        ports — 4× accumulation) on 128. Returns {name: Prediction}."""
         from labkit.perf.layout import Layout, cluster
         from labkit.perf.predict import predict
 
@@ -168,7 +170,8 @@ class ThirteenBCase:
                     global_batch=2048, **kw),
                 f"TP2 × PP2 + accumulation, {self.gpus_after} GPUs": predict(
                     LLAMA_13B_SHAPE, Layout(dp=self.gpus_after // 4, tp=2, pp=2, strategy="zero1",
-                                            sequence_parallel=True), c.with_nodes(self.gpus_after // per_node),
+                                            sequence_parallel=True, order="tp-cp-pp-dp"),
+                    c.with_nodes(self.gpus_after // per_node),
                     global_batch=8192, **kw)}
 
     @property
@@ -184,7 +187,9 @@ class ThirteenBCase:
         d64, d128, fix = self.modelled(achievable=achievable).values()
         base, (e_m, e_f) = d64.tokens_per_s_per_gpu, self.stated_efficiency
         need = d128.tokens_per_step / (self.gpus_after * e_m * base)           # the step that gives 58% of base
-        link = fix.comm_s["pp"] + fix.comm_s["dp"]
+        g = fix.cluster.gpus_per_node                                          # what crosses the 25 Gb/s ports:
+        link = sum(fix.comm_s.get(k, 0.0) for k, dims in (("pp", ("pp",)), ("dp", ("cp", "dp")))
+                   if len({r // g for r in fix.layout.group_ranks(*dims)}) > 1)   # TP × PP inside a node: DP only
         per_gpu = [p.tokens_per_s_per_gpu for p in (d64, d128, fix)]
         vs_source = [m / (s * 1e3) for m, s in zip(per_gpu, self.source_per_gpu_k, strict=True)]
         return {"per_gpu": per_gpu, "vs_source": vs_source,
@@ -218,6 +223,7 @@ def thirteen_b(**changes) -> ThirteenBCase:
     ``changes`` override the source's inputs (a what-if: every derived figure and ⚠ box follows them).
     """
     c = _case(ThirteenBCase, changes)
+    nvl, pcie4 = CLUSTERS["a100-25gbe"].intra_bw, LINKS["PCIe 4.0 x16"]      # bytes/s per direction (⚠ g)
     g, (e_m, e_f) = c.modelled_gap(), c.stated_efficiency
     pg, vs, v64, vc, (need, have), (comp, allow, link, gb) = (g[k] for k in (
         "per_gpu", "vs_source", "vs_64", "vs_compute", "step_128", "fix"))
@@ -274,7 +280,7 @@ def thirteen_b(**changes) -> ThirteenBCase:
                     f"{vc[0]:.0%} → {vc[1]:.0%} of compute alone. {e_m:.0%} of the model's 64-GPU rate needs a "
                     f"{need:.1f} s step on {g1} GPUs; compute + all-reduce give {have:.1f} s ({need - have:.1f} s "
                     f"short). {e_f:.0%} of compute alone allows the fix {allow:.1f} s beyond its {comp:.1f} s of "
-                    f"compute; its PP sends and DP traffic take {link:.1f} s of the 25 Gb/s ports (≈ {gb:.0f} GB per "
+                    f"compute; its traffic across nodes (the DP reduction; TP and PP stay inside a node) takes {link:.1f} s of the 25 Gb/s ports (≈ {gb:.0f} GB per "
                     f"node per step)",
                     f"the direction holds (per GPU falls 64 → 128 under DP; the fix recovers it), not the source's "
                     f"magnitudes: the model reaches the source's {src[1] * 1e3:,.0f} per GPU on 128 GPUs "
@@ -288,5 +294,20 @@ def thirteen_b(**changes) -> ThirteenBCase:
                     "a step model prices compute and communication; a loader stall is neither, and the fix changed "
                     "the loader too: 58% → 92% mixes the two (no knob is tuned to hide it)",
                     f"{SOURCE}; labkit.perf.predict"),
+        CaseWarning("g", f"{c.busbw_inside_gb_s:g} GB/s 'inside a node' is a PCIe figure, not an {c.device} "
+                         "node's NVLink",
+                    f"nccl busbw {c.busbw_inside_gb_s:g} GB/s inside a node of {c.gpus_per_node} {c.device}",
+                    f"an A100-SXM GPU has {nvl / 25e9:.0f} NVLink links of 25 GB/s per direction = {nvl / 1e9:.0f} GB/s (the "
+                    f"'a100-25gbe' preset of labkit.perf); {c.busbw_inside_gb_s:g} GB/s is "
+                    f"{c.busbw_inside_gb_s * 1e9 / nvl:.0%} of it — and {c.busbw_inside_gb_s * 1e9 / pcie4:.0%} of "
+                    f"PCIe 4.0 x16's {pcie4 / 1e9:.1f} GB/s, the reading of chapter 11's 8-GPU PCIe node",
+                    f"on an NVSwitch board a large all-reduce's busbw is a large share of the NVLink rate (hundreds of "
+                    f"GB/s); {c.busbw_inside_gb_s:g} GB/s means the ranks talked over PCIe (no NVLink path, or P2P "
+                    "disabled) — check the transport in NCCL's log before using it; the model here prices NVLink "
+                    "inside a node",
+                    "busbw is normalised so that a bandwidth-bound ring approaches the per-direction rate of the link "
+                    "it runs over: a figure near PCIe's and far below NVLink's says which link carried it",
+                    f"{SOURCE}; NVIDIA A100 datasheet (third-generation NVLink, 600 GB/s per GPU, both directions); "
+                    "PCI-SIG PCI Express Base Specification 4.0 (16 GT/s, 128b/130b); nccl-tests doc/PERFORMANCE.md"),
     )
     return replace(c, warnings=ws)

@@ -9,6 +9,7 @@ Taught in chapter 4 (MFU's denominator).
 from __future__ import annotations
 
 import json
+import sys
 
 
 def register(subparsers) -> None:
@@ -39,16 +40,21 @@ def run(args) -> int:
                                                             f"({v['date'][:10]})" for k, v in sorted(data.items()))
                if data else f"{path}: no calibration yet (run `labkit calibrate`)"))
         return 0
-    entries = cal.calibrate(args.device, tuple(args.dtype or ("fp32", "bf16")), threads=args.threads,
-                            rounds=args.rounds, max_seconds=args.max_seconds, missing_only=args.if_missing)
+    try:
+        entries = cal.calibrate(args.device, tuple(args.dtype or ("fp32", "bf16")), threads=args.threads,
+                                rounds=args.rounds, max_seconds=args.max_seconds, missing_only=args.if_missing)
+    except cal.UnstableCalibration as e:
+        print(f"labkit calibrate: {e}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps([e.__dict__ for e in entries], indent=1, default=str))
         return 0
     fp32 = {e.conditions.get("threads"): e.flops for e in entries if e.dtype == "fp32"}
     for e in entries:
-        spread = (max(e.rounds) - min(e.rounds)) / max(e.rounds) if e.rounds else 0.0
+        agree = sum(r >= cal.STABLE_WITHIN * max(e.rounds) for r in e.rounds) if e.rounds else 0
         line = (f"{e.dtype:>5} {e.flops / 1e9:10,.1f} GFLOP/s  copy {e.bandwidth / 1e9:6.1f} GB/s  "
-                f"[{e.describe()}; rounds within {spread:.0%}]")
+                f"[{e.describe()}; spread {cal.spread(e.rounds):.0%}, {agree} of {len(e.rounds)} rounds within "
+                f"{1 - cal.STABLE_WITHIN:.0%} of the best]")
         base = fp32.get(e.conditions.get("threads"))
         if e.dtype != "fp32" and base:
             line += f"  = {e.flops / base:.2f}× fp32"

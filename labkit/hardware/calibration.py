@@ -11,6 +11,13 @@ else ``~/.cache/labkit``; file ``calibration.json``). :func:`labkit.hardware.res
 matching entry (source ``calibrated:…``), re-calibrates one whose conditions changed, and measures in
 the process only when none exists (source ``measured:… (not calibrated: run labkit calibrate)``).
 
+**Stability.** A peak is stored only when it is reproduced: at least :data:`CONFIRM` rounds within
+:data:`STABLE_WITHIN` of the best (a single lucky or a single disturbed round proves nothing). Until then the
+sweep **measures longer** — more rounds, each with twice the time box — up to ``max_rounds``; a peak still
+unconfirmed, or a CPU entry whose fewer threads beat more threads (a disturbed many-thread run: a 1-thread bf16
+peak above the 2-thread one), raises :class:`UnstableCalibration` naming the rounds and their spread, and
+nothing is stored. :func:`spread` is what ``labkit calibrate`` prints beside each entry.
+
 **Dtype capability.** :func:`capability` says whether each low-precision dtype is *fast* on a device:
 its calibrated (or quickly measured) matmul rate against fp32's. Some CPUs run bf16 in hardware
 (AVX512-BF16/AMX: several × fp32), others emulate it (≈ 1/150 of fp32 seen on an AMD EPYC without
@@ -36,6 +43,22 @@ SLOW_BF16_ENV = "LABKIT_ASSUME_SLOW_BF16"
 FILE = "calibration.json"
 LOW_PRECISION = ("bf16", "fp16")
 _CPU_SIZES = [(n, n, n) for n in (256, 512, 1024, 2048)]
+STABLE_WITHIN = 0.90   # a round "agrees" with the best when it reaches 90 % of it
+CONFIRM = 2            # rounds that must agree (the best and one more) before a peak is stored
+
+
+class UnstableCalibration(ValueError):
+    """A peak that the rounds did not reproduce (or that contradicts another thread count): not stored."""
+
+
+def spread(rounds) -> float:
+    """1 − worst round ÷ best round (0 when all agree). Taught in chapter 4."""
+    rounds = [float(r) for r in rounds]
+    return 1.0 - min(rounds) / max(rounds) if rounds and max(rounds) > 0 else 0.0
+
+
+def _confirmed(rounds) -> int:
+    return sum(r >= STABLE_WITHIN * max(rounds) for r in rounds)
 
 
 def cache_dir() -> Path:
@@ -133,9 +156,13 @@ def find(device="auto", dtype="fp32", threads: int | None = None) -> tuple[Calib
 
 
 def calibrate_one(device="auto", dtype="fp32", *, threads: int | None = None, rounds: int = 3,
-                  max_seconds: float = 4.0, save: bool = True) -> Calibration:
+                  max_seconds: float = 4.0, save: bool = True, max_rounds: int | None = None,
+                  strict: bool = True) -> Calibration:
     """Measure and (by default) store one entry: ``rounds`` time-boxed shape sweeps (large shapes
-    first on a GPU, up to 2048³ on a CPU while they fit the box), keeping the best. Taught in chapter 4."""
+    first on a GPU, up to 2048³ on a CPU while they fit the box), keeping the best once :data:`CONFIRM` rounds
+    agree within :data:`STABLE_WITHIN`; until then more rounds with twice the box, up to ``max_rounds``
+    (default 3 × rounds), then :class:`UnstableCalibration` and nothing stored — unless ``strict=False`` (the
+    test session on a shared CI machine), which keeps the best round anyway. Taught in chapter 4."""
     import time
 
     import torch
@@ -149,6 +176,7 @@ def calibrate_one(device="auto", dtype="fp32", *, threads: int | None = None, ro
 
     checks.count("rounds", rounds)
     checks.positive("max_seconds", max_seconds)
+    max_rounds = 3 * rounds if max_rounds is None else checks.count("max_rounds", max_rounds, at_least=rounds)
     dev = resolve_device(device)
     old = torch.get_num_threads()
     if threads is not None and dev.type == "cpu":
@@ -157,6 +185,16 @@ def calibrate_one(device="auto", dtype="fp32", *, threads: int | None = None, ro
         t0 = time.perf_counter()
         sizes = _CPU_SIZES if dev.type == "cpu" else _default_sizes("cuda")
         runs = [measure_matmul_peak(dev, dtype, sizes=sizes, max_seconds=max_seconds) for _ in range(rounds)]
+        while _confirmed([r.flops for r in runs]) < CONFIRM and len(runs) < max_rounds:     # measure longer
+            runs.append(measure_matmul_peak(dev, dtype, sizes=sizes, max_seconds=2 * max_seconds))
+        got = [r.flops for r in runs]
+        if _confirmed(got) < CONFIRM and checks.flag("strict", strict):
+            raise UnstableCalibration(
+                f"calibration of {normalize_dtype(dtype)} on {dev} ({threads or torch.get_num_threads()} threads) is "
+                f"unstable: rounds {', '.join(f'{g / 1e9:,.1f}' for g in got)} GFLOP/s, spread {spread(got):.0%}; "
+                f"the best was not reproduced within {1 - STABLE_WITHIN:.0%} by {CONFIRM - 1} more of {len(got)} "
+                "rounds — not stored. Stop other work on the machine and run `labkit calibrate` again (or give "
+                "--rounds / --max-seconds more)")
         best = max(runs, key=lambda r: r.flops)
         bw = max(measure_memory_bandwidth(dev) for _ in range(rounds))
         cal = Calibration(dtype=best.dtype, flops=best.flops, shape=list(best.shape), bandwidth=bw,
@@ -171,10 +209,11 @@ def calibrate_one(device="auto", dtype="fp32", *, threads: int | None = None, ro
 
 
 def calibrate(device="auto", dtypes=("fp32", "bf16"), *, threads=None, rounds: int = 3,
-              max_seconds: float = 4.0, missing_only: bool = False) -> list[Calibration]:
+              max_seconds: float = 4.0, missing_only: bool = False, strict: bool = True) -> list[Calibration]:
     """Calibrate every dtype (and, on a CPU, every thread count in ``threads`` — default: this process's
     and 1, the count each of two ranks gets) and store the entries; ``missing_only`` keeps entries whose
-    conditions still hold (and returns them). Taught in chapter 4."""
+    conditions still hold (and returns them). Unstable peaks raise :class:`UnstableCalibration` and nothing is
+    stored (``strict=False``: stored anyway, for a test session). Taught in chapter 4."""
     import torch
 
     from labkit.hardware.measure import resolve_device
@@ -185,11 +224,32 @@ def calibrate(device="auto", dtypes=("fp32", "bf16"), *, threads=None, rounds: i
         counts = [checks.count("threads", t) for t in (counts if isinstance(counts, list | tuple) else [counts])]
     else:
         counts = [None]
-    out = []
+    out, new = [], []
     for t in counts:
         for d in dtypes:
             cal, fresh = find(dev, d, t) if missing_only else (None, False)
-            out.append(cal if fresh else calibrate_one(dev, d, threads=t, rounds=rounds, max_seconds=max_seconds))
+            if not fresh:
+                cal = calibrate_one(dev, d, threads=t, rounds=rounds, max_seconds=max_seconds, save=False,
+                                    strict=strict)
+                new.append(cal)
+            out.append(cal)
+    for d in dtypes:    # more threads never lose at their best: a loss is a disturbed run, measured again, once
+        by_t = sorted((c for c in out if c.dtype == normalize_dtype(d) and c.conditions.get("threads")),
+                      key=lambda c: c.conditions["threads"])
+        for few, many in zip(by_t, by_t[1:], strict=False):
+            if few.flops > many.flops:
+                again = calibrate_one(dev, d, threads=many.conditions["threads"], rounds=rounds,
+                                      max_seconds=2 * max_seconds, save=False, strict=strict)
+                if few.flops > again.flops and strict:
+                    raise UnstableCalibration(
+                        f"calibration of {many.dtype} on {dev} is inconsistent: {few.conditions['threads']} thread(s) "
+                        f"reached {few.flops / 1e9:,.1f} GFLOP/s, {many.conditions['threads']} threads only "
+                        f"{again.flops / 1e9:,.1f} (measured twice, spread {spread(again.rounds):.0%}) — the machine "
+                        "is busy; nothing stored. Stop other work and run `labkit calibrate` again")
+                out[out.index(many)] = again
+                new = [again if c is many else c for c in new]
+    if new:
+        _save(new)
     return out
 
 

@@ -51,7 +51,12 @@ def _fresh_calibration(dev, dtype: str):
     """This machine's stored calibration for ``dev`` and ``dtype`` (None when there is none); one measured
     under other conditions (torch upgraded, other CPU, other threads) is measured again and stored first."""
     cal, fresh = calibration.find(dev, dtype)
-    return calibration.calibrate_one(dev, dtype) if cal is not None and not fresh else cal
+    if cal is None or fresh:
+        return cal
+    try:
+        return calibration.calibrate_one(dev, dtype)
+    except calibration.UnstableCalibration:     # nothing stored: this process measures (and says so)
+        return None
 
 
 def resolve_peak(device="auto", dtype="bf16", peak_flops: float | None = None) -> tuple[float, str]:

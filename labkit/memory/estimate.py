@@ -50,6 +50,7 @@ from labkit.units import GB, GIB, KB, KIB, MB, MIB
 
 __all__ = ["GiB", "STRATEGIES", "PRECISIONS", "OPTIMIZERS", "fmt_bytes", "canonical_strategy", "MemoryBreakdown",
            "model_state_bytes", "activation_bytes", "attention_saved_bytes", "ATTENTION_STORES",
+           "pipeline_in_flight", "stage_activation_bytes",
            "ddp_bucket_sizes", "comm_buffer_bytes"]
 
 GiB = GIB   # the spelling chapter 13 prints
@@ -328,6 +329,36 @@ def activation_bytes(shape, micro_batch: int, *, recompute: str = "none", tp: in
     total = checks.finite_result("activation bytes", total * dtype_bytes / 2, micro_batch=micro_batch,
                                  seq_len=seq_len, dtype_bytes=dtype_bytes)
     return int(round(total))
+
+
+def pipeline_in_flight(pp: int, micro_batches: int, schedule: str = "1f1b", virtual_stages: int = 1) -> float:
+    """Micro-batches whose activations the FIRST pipeline stage holds at its peak: 1 without a pipeline, m for GPipe,
+    min(p, m) for 1F1B (p forwards before the first backward), min(p, m)·(1 + (p−1)/(pv)) interleaved with v chunks
+    (Narayanan et al. 2021 §2.2; Korthikanti et al. 2022 §4.2.3); ``perf.predict``'s rule. Taught in chapters 24, 26."""
+    p, m, v = checks.count("pp", pp), checks.count("micro_batches", micro_batches), checks.count("v", virtual_stages)
+    checks.one_of("schedule", schedule, ("gpipe", "1f1b", "interleaved"))
+    if p == 1:
+        return 1.0
+    return {"gpipe": float(m), "1f1b": float(min(p, m)), "interleaved": min(p, m) * (1 + (p - 1) / (p * v))}[schedule]
+
+
+def stage_activation_bytes(shape, micro_batch: int, *, pp: int, micro_batches: int, schedule: str = "1f1b",
+                           virtual_stages: int = 1, cp: int = 1, seq_len: int | None = None, **kw) -> int:
+    """Activation bytes the first pipeline stage keeps at its peak: :func:`activation_bytes` of one micro-batch of
+    seq_len/cp tokens (context parallelism splits every sequence), × the stage's ⌈L/(p·v)⌉·v of L layers, ×
+    :func:`pipeline_in_flight`. Under 1F1B with m ≥ p that is p micro-batches × L/p layers — the whole model's
+    activations once: pipeline parallelism does not divide them (Korthikanti et al. 2022 §4.2.3). ``kw`` goes to
+    :func:`activation_bytes` (tp, sequence_parallel, flash_attention, recompute, dtype_bytes, …). Taught in
+    chapter 26 (long sequences) and chapter 24."""
+    full = activation_bytes(shape, micro_batch, seq_len=seq_len, **kw)      # validates shape and seq_len
+    L, s = shape.n_layers, shape.seq_len if seq_len is None else seq_len
+    p, c, v = checks.count("pp", pp), checks.count("cp", cp), checks.count("virtual_stages", virtual_stages)
+    if p * v > L or s % c:
+        raise ValueError(f"pp={p}, virtual_stages={v}, cp={c} are not valid: pp·virtual_stages ≤ n_layers={L} "
+                         f"and cp must divide seq_len={s}")
+    one_mb = full if c == 1 else activation_bytes(shape, micro_batch, seq_len=s // c, **kw)
+    layers = math.ceil(L / (p * v)) * v                     # the first (= slowest) stage's layers
+    return int(round(one_mb * layers / L * pipeline_in_flight(p, micro_batches, schedule, v)))
 
 
 def _itemised(L, h, a, ff, s, b, t, sp, recompute, B, attention, dropout, include_head, vocab, mb) -> int:

@@ -1,9 +1,12 @@
 """What a performance prediction is *of*: a parallel :class:`Layout` on a :class:`Cluster`.
 
 A layout splits the world into dp × tp × pp × cp ranks (EP carves its groups out of dp, as in
-Megatron-LM, so it does not add ranks). Ranks are numbered with TP innermost, then CP, DP and PP
-outermost (Megatron-LM's default order): a TP group is tp consecutive GPUs, so with tp ≤ GPUs per
-node it stays inside a node, and the DP and PP groups stride across nodes.
+Megatron-LM, so it does not add ranks). ``Layout.order`` numbers the ranks, innermost first: by default
+TP, then CP, DP and PP outermost (Megatron-Core's default ``order="tp-cp-ep-dp-pp"`` of
+``parallel_state.initialize_model_parallel``): a TP group is tp consecutive GPUs, so with tp ≤ GPUs per
+node it stays inside a node, and the DP and PP groups stride across nodes. ``order="tp-cp-pp-dp"`` (the
+order Megatron-Core also accepts, PP inside DP) puts a TP × PP block of tp·cp·pp ≤ GPUs per node inside one
+node, so only the DP gradient reduction crosses the nodes' links.
 
 A cluster is nodes × GPUs of one catalogued device (:mod:`labkit.hardware`: peak per dtype, HBM) and
 two links described by the α–β model of :mod:`labkit.comm.models`: α = latency per ring step (s),
@@ -22,12 +25,13 @@ from dataclasses import dataclass, replace
 
 from labkit import checks
 
-__all__ = ["STRATEGIES", "SCHEDULES", "RECOMPUTE", "DTYPES", "Layout", "Cluster", "CLUSTERS", "cluster"]
+__all__ = ["STRATEGIES", "SCHEDULES", "RECOMPUTE", "DTYPES", "ORDERS", "Layout", "Cluster", "CLUSTERS", "cluster"]
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
+ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")     # rank numbering, innermost first (Megatron-Core's ``order``)
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,8 @@ class Layout:
     ``sequence_parallel``: Megatron sequence parallelism with TP (Korthikanti et al. 2022 §4.2.2);
     ``flash_attention``: the s×s attention scores are never stored (Dao et al. 2022), as today's
     trainers do — False for 2019–2021 setups (Megatron SC21), which keep 5as²b bytes per layer.
-    ``ep``: expert-parallel degree, a divisor of dp (EP groups live inside DP).
+    ``ep``: expert-parallel degree, a divisor of dp (EP groups live inside DP). ``order``: how ranks are
+    numbered, innermost first (:data:`ORDERS`; module docstring): "tp-cp-pp-dp" keeps TP × PP inside a node.
     ``dtype="fp8"``: the linear layers' GEMMs in fp8 (Transformer Engine's recipe: Micikevicius et al.
     2022, *FP8 Formats for Deep Learning*, arXiv:2209.05433), attention, norms and activations in bf16.
 
@@ -61,6 +66,7 @@ class Layout:
     dtype: str = "bf16"
     sequence_parallel: bool = False
     flash_attention: bool = True
+    order: str = "tp-cp-dp-pp"
 
     def __post_init__(self):
         for k in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "virtual_stages"):
@@ -71,6 +77,7 @@ class Layout:
         checks.one_of("schedule", self.schedule, SCHEDULES)
         checks.one_of("recompute", self.recompute, RECOMPUTE)
         checks.one_of("dtype", self.dtype, DTYPES)
+        checks.one_of("order", self.order, ORDERS)
         object.__setattr__(self, "sequence_parallel", checks.flag("sequence_parallel", self.sequence_parallel))
         object.__setattr__(self, "flash_attention", checks.flag("flash_attention", self.flash_attention))
         if self.dp % self.ep:
@@ -86,6 +93,25 @@ class Layout:
         """GPUs the layout occupies: dp · tp · pp · cp."""
         return self.dp * self.tp * self.pp * self.cp
 
+    def stride(self, dim: str) -> int:
+        """Ranks between neighbours of a ``dim`` group ("tp", "cp", "dp", "pp"; "ep" groups are the first ep
+        ranks of dp's): the product of the degrees numbered inside it by :attr:`order`."""
+        dims = self.order.split("-")
+        d = checks.one_of("dim", "dp" if dim == "ep" else dim, dims)
+        out = 1
+        for inner in dims[:dims.index(d)]:
+            out *= getattr(self, inner)
+        return out
+
+    def group_ranks(self, *dims: str) -> list[int]:
+        """The global ranks of rank 0's group over ``dims`` (("dp", "cp"): the gradient reduction; ("tp", "pp"):
+        one model replica's TP × PP block), sorted. Taught in chapter 24 and chapter 29."""
+        ranks = [0]
+        for d in dims:
+            n, step = (self.ep if d == "ep" else getattr(self, d)), self.stride(d)
+            ranks = [r + i * step for r in ranks for i in range(n)]
+        return sorted(ranks)
+
     def with_(self, **kw) -> Layout:
         """A copy with fields changed (validated again)."""
         return replace(self, **kw)
@@ -98,7 +124,7 @@ class Layout:
         s += f", micro-batch {self.micro_batch}"
         s += f" × {self.accum}" if self.accum is not None else ""
         s += f", recompute {self.recompute}, {self.dtype}" + (", SP" if self.sequence_parallel else "")
-        return s
+        return s + (f", ranks {self.order}" if self.order != ORDERS[0] else "")
 
 
 @dataclass(frozen=True)

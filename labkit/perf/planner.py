@@ -6,7 +6,9 @@ mean — Llama 3 405B ran PP16 over 126 layers, Dubey et al. 2024 §3.3.2 — it
 that divides dp and the experts of a MoE model (dense models: ep = 1), every pipeline schedule (``schedule``, and with pp > 1 the interleaved one with
 each of ``virtual_stages`` model chunks per stage that divides the layers: a smaller bubble, (p−1)/(v·m),
 for v times the pipeline sends), every micro-batch that divides the global batch, every DP strategy and every
-recompute policy, :func:`labkit.perf.predict.predict` gives the step; layouts whose predicted memory
+recompute policy, and with pp > 1 both rank orders of :data:`labkit.perf.layout.ORDERS` where a TP × CP × PP
+block fits a node (PP outermost, or TP × PP inside a node with DP across), :func:`labkit.perf.predict.predict`
+gives the step; layouts whose predicted memory
 exceeds ``memory_fraction`` of a GPU's memory are set aside with the reason. The rest are ranked by
 predicted tokens/s (ties: less memory first). :meth:`Plan.explain` says which term of the step decides
 between the winner and the runner-up, and whether keeping TP inside a node mattered.
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from labkit import checks
-from labkit.perf.layout import RECOMPUTE, SCHEDULES, STRATEGIES, Cluster, Layout
+from labkit.perf.layout import ORDERS, RECOMPUTE, SCHEDULES, STRATEGIES, Cluster, Layout
 from labkit.perf.predict import TERM_LABELS, TERMS, Prediction, predict, resolve_model
 
 __all__ = ["Plan", "plan"]
@@ -243,13 +245,14 @@ def plan(model, cluster: Cluster, *, global_batch: int, seq_len: int | None = No
                 moe = [e for e in eps if e > 1 and dp % e == 0 and shape.n_experts > 1 and shape.n_experts % e == 0]
                 scheds = [(schedule, 1)] + [("interleaved", v) for v in vs if pp > 1 and pp * v <= shape.n_layers
                                             and _stage_imbalance(shape.n_layers, pp * v) <= MAX_IMBALANCE]
-                for mb, ep in product(mbs, sorted({1, *moe})):
+                orders = ORDERS if pp > 1 and dp > 1 and tp * cp * pp <= g else ORDERS[:1]
+                for mb, ep, order in product(mbs, sorted({1, *moe}), orders):
                     if B % (mb * dp):
                         continue
                     for (sched, v), strat, rc in product(scheds, strategies if dp * cp > 1 else strategies[:1], recompute):
                         lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, strategy=strat, micro_batch=mb, schedule=sched,
                                      virtual_stages=v, recompute=rc, dtype=dtype,
-                                     sequence_parallel=sp and tp > 1, flash_attention=fa)
+                                     sequence_parallel=sp and tp > 1, flash_attention=fa, order=order)
                         p = predict(shape, lay, cluster, global_batch=B, achievable=achievable, method=method)
                         if p.memory["total"] > limit:
                             rejected.append((lay, f"needs {p.memory['total'] / 2**30:.1f} GiB per GPU > "

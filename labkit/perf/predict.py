@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from labkit import checks, flops
 from labkit.comm.models import hierarchical_time, ring_time
 from labkit.flops import attention_core_flops_per_token
-from labkit.memory.estimate import activation_bytes, model_state_bytes
+from labkit.memory.estimate import activation_bytes, model_state_bytes, pipeline_in_flight
 from labkit.perf.layout import Cluster, Layout
 from labkit.perf.steptime import StepParts, compute_time
 
@@ -209,23 +209,23 @@ def _achievable(achievable, dtype: str) -> float:
 
 
 class _Links:
-    """Times of collectives on a cluster for a group of n ranks whose members are ``stride`` ranks apart."""
+    """Times of collectives on a cluster for a group given by its global ranks (:meth:`Layout.group_ranks`)."""
 
     def __init__(self, c: Cluster):
         self.c = c
 
-    def group(self, op: str, size: float, n: int, stride: int) -> float:
-        c, g = self.c, self.c.gpus_per_node
+    def group(self, op: str, size: float, ranks: list) -> float:
+        c, g, n = self.c, self.c.gpus_per_node, len(ranks)
         if n == 1 or size == 0:
             return 0.0
-        if stride * n <= g:                                # the whole group inside one node
+        if not self.spans_nodes(ranks):                    # the whole group inside one node
             return ring_time(op, size, n, alpha=c.intra_alpha_s, beta=c.intra_beta)
-        per_node = math.gcd(g // stride, n) if stride < g else 1
+        per_node = math.gcd(sum(r < g for r in ranks), n)  # members per node (the first node's)
         return hierarchical_time(op, size, n, alpha=c.intra_alpha_s, beta=c.intra_beta, ranks_per_node=per_node,
                                  alpha_inter=c.inter_alpha_s, beta_inter=c.inter_beta)
 
-    def spans_nodes(self, n: int, stride: int) -> bool:
-        return n > 1 and stride * n > self.c.gpus_per_node
+    def spans_nodes(self, ranks: list) -> bool:
+        return max(ranks) // self.c.gpus_per_node != min(ranks) // self.c.gpus_per_node
 
     def send(self, size: float, inter: bool) -> float:
         c = self.c
@@ -335,15 +335,15 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
     comm, exposed, notes = {}, {}, []
     if lay.tp > 1:
         n_tp = 4 + (2 if lay.recompute == "full" else 0)
-        one = (links.group("reduce_scatter", act, lay.tp, 1) + links.group("all_gather", act, lay.tp, 1)
-               if lay.sequence_parallel else links.group("all_reduce", act, lay.tp, 1))
+        tpg = lay.group_ranks("tp")
+        one = (links.group("reduce_scatter", act, tpg) + links.group("all_gather", act, tpg)
+               if lay.sequence_parallel else links.group("all_reduce", act, tpg))
         comm["tp"] = exposed["tp"] = layers_gpu * m * n_tp * one
-        where = "across nodes" if links.spans_nodes(lay.tp, 1) else "inside a node (NVLink)"
+        where = "across nodes" if links.spans_nodes(tpg) else "inside a node (NVLink)"
         notes.append(f"TP: {n_tp} collectives of b·s·h = {act / 1e6:.3g} MB per layer and micro-batch, "
                      f"{where}, not overlapped with compute")
     if p > 1:
-        stride = lay.tp * lay.cp * lay.dp
-        inter = links.spans_nodes(p, stride)
+        inter = links.spans_nodes(lay.group_ranks("pp"))   # order "tp-cp-pp-dp": inside a node when it fits
         comm["pp"] = exposed["pp"] = 2 * v * m * links.send(act / lay.tp, inter)
         notes.append(f"PP: 2 sends of b·s·h/t = {act / lay.tp / 1e6:.3g} MB per micro-batch and virtual stage "
                      f"{'across nodes' if inter else 'inside a node'}, not overlapped; bubble (p−1)/(v·m) = "
@@ -354,34 +354,34 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
     if lay.cp > 1:
         kv = 2 * lay.micro_batch * s * shape.kv_heads * shape.hd * act_b / lay.tp
         n_ag = 2 if lay.recompute == "full" else 1
-        t = links.group("all_gather", kv, lay.cp, lay.tp) * n_ag + links.group("reduce_scatter", kv, lay.cp, lay.tp)
+        cpg = lay.group_ranks("cp")
+        t = links.group("all_gather", kv, cpg) * n_ag + links.group("reduce_scatter", kv, cpg)
         comm["cp"] = exposed["cp"] = layers_gpu * m * t
         notes.append("CP (simple model): all-gather of K,V per layer forward, reduce-scatter backward "
                      "(Llama 3), not overlapped with attention")
     if lay.ep > 1:
         n_a2a = 4 + (2 if lay.recompute == "full" else 0)
-        t = links.group("all_to_all", act * shape.top_k, lay.ep, lay.tp * lay.cp)
+        t = links.group("all_to_all", act * shape.top_k, lay.group_ranks("ep"))
         comm["ep"] = exposed["ep"] = layers_gpu * m * n_a2a * t
         notes.append(f"EP (simple model): {n_a2a} all-to-alls of b·s·h·top_k per MoE layer, not overlapped; "
                      "no load imbalance")
     n_gpu_params = _params_per_gpu(shape, lay)
-    dpg, dstride = lay.dp * lay.cp, lay.tp
+    dpg, dranks = lay.dp * lay.cp, lay.group_ranks("cp", "dp")
     if dpg > 1:
         grads = n_gpu_params * act_b
         if lay.strategy in ("zero3", "fsdp"):
-            t = m * (2 * links.group("all_gather", grads, dpg, dstride) + links.group("reduce_scatter", grads, dpg,
-                                                                                        dstride))
+            t = m * (2 * links.group("all_gather", grads, dranks) + links.group("reduce_scatter", grads, dranks))
             window, how = compute, "all the compute (prefetch)"
         else:
-            t = (links.group("all_reduce", grads, dpg, dstride) if lay.strategy == "ddp" else
-                 links.group("reduce_scatter", grads, dpg, dstride) + links.group("all_gather", grads, dpg, dstride))
+            t = (links.group("all_reduce", grads, dranks) if lay.strategy == "ddp" else
+                 links.group("reduce_scatter", grads, dranks) + links.group("all_gather", grads, dranks))
             bwd_share = (hw_fpt - model_fpt / 3) / hw_fpt   # everything after the first forward
             window, how = t_mb * bwd_share, "the last micro-batch's backward"
         if overlap_window == "step":
             window, how = compute, "all the compute (chapter 5's max(compute, comm))"
         comm["dp"] = t
         exposed["dp"] = max(0.0, StepParts(window, t).exposed_comm(dp_overlap))
-        where = "across nodes (two-level)" if links.spans_nodes(dpg, dstride) else "inside a node"
+        where = "across nodes (two-level)" if links.spans_nodes(dranks) else "inside a node"
         notes.append(f"DP ({lay.strategy}) over {dpg} ranks {where}: {grads / 1e9:.3g} GB of {lay.dtype} "
                      f"gradients per GPU, hiding under {how} (overlap {dp_overlap})")
     states = model_state_bytes(int(round(n_gpu_params)), strategy=_STATE_STRATEGY[lay.strategy], n_ranks=dpg,
@@ -389,8 +389,7 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
     one_mb = activation_bytes(shape, lay.micro_batch, recompute=lay.recompute, tp=lay.tp,
                               sequence_parallel=lay.sequence_parallel, seq_len=s_loc, dtype_bytes=act_b,
                               flash_attention=lay.flash_attention)
-    in_flight = 1 if p == 1 else {"gpipe": m, "1f1b": min(p, m),
-                                  "interleaved": min(p, m) * (1 + (p - 1) / (p * v))}[lay.schedule]
+    in_flight = pipeline_in_flight(p, m, lay.schedule, v)   # the first stage's peak (memory.estimate)
     acts = one_mb * layers_gpu / L * in_flight
     memory = {"model_states": states.model_states, "activations": float(acts),
               "total": states.model_states + float(acts)}
