@@ -72,13 +72,9 @@ def test_kernelspec_constant_is_what_bootstrap_installs():
 
 
 _ALL = course.notebooks()
-# labs/ is edited by the labs' owner (issue #34 item): their kernelspec still says "Python 3" until then
-_KS_MARKS = {e.id: pytest.mark.xfail(strict=True, reason="labs/ kernelspec not yet aligned (outside ch-fixes)")
-             for e in _ALL if e.kind == "lab"}
 
 
-@pytest.mark.parametrize("entry", [pytest.param(e, marks=_KS_MARKS.get(e.id, ())) for e in _ALL],
-                         ids=[e.id for e in _ALL])
+@pytest.mark.parametrize("entry", _ALL, ids=[e.id for e in _ALL])
 def test_every_notebook_names_the_installed_kernel(entry):
     """A notebook whose kernelspec differs from the installed kernel's opens modified in JupyterLab (it rewrites
     the display name), so closing an untouched chapter asks "Save changes?"."""
