@@ -173,8 +173,9 @@ def test_13b_over_25gbe_pure_dp_collapses_and_tp_pp_accumulation_recovers(capsys
                   f"{p.efficiency:.0%} of compute alone (published: 58% pure DP at 128, 92% fixed)", end="")
         print()
     # the model's figures (deterministic arithmetic of labkit.perf, not timings)
-    assert [round(x) for x in g["per_gpu"]] == pytest.approx([1414, 1087, 1427], abs=15)
-    assert g["vs_64"] == pytest.approx([0.77, 1.01], abs=0.01) and g["vs_compute"] == pytest.approx([0.57, 0.75], abs=0.01)
+    # (the fix with TP × PP inside a node — issue #34: with PP outermost its sends crossed the 25 GbE — 1,517)
+    assert [round(x) for x in g["per_gpu"]] == pytest.approx([1414, 1087, 1517], abs=15)
+    assert g["vs_64"] == pytest.approx([0.77, 1.07], abs=0.01) and g["vs_compute"] == pytest.approx([0.57, 0.80], abs=0.01)
     # direction: aggregate still grows 64 -> 128, per GPU it collapses; the fix recovers per GPU
     assert d128.tokens_per_s > d64.tokens_per_s and d128.tokens_per_s_per_gpu < 0.85 * d64.tokens_per_s_per_gpu
     assert d128.exposed_s["dp"] > d128.compute_s * 0.5                # decided by the 25 Gb/s all-reduce
@@ -183,9 +184,9 @@ def test_13b_over_25gbe_pure_dp_collapses_and_tp_pp_accumulation_recovers(capsys
     # the gap, stated by the ⚠: 58% needs time outside compute+comm; 92% of compute alone needs hidden traffic
     need, have = g["step_128"]
     comp, allow, link, _ = g["fix"]
-    assert need - have > 5 and link > allow + 10
+    assert need - have > 5 and link > allow + 5
     md = warnings_markdown(case, "f")
-    assert f"{need - have:.1f} s short" in md and f"{link:.1f} s of the 25 Gb/s ports" in md and "77% → 101%" in md
+    assert f"{need - have:.1f} s short" in md and f"{link:.1f} s of the 25 Gb/s ports" in md and "77% → 107%" in md
 
 
 # -------------------------------------------------------- Megatron-LM SC21 (Narayanan et al. 2021), Table 1
