@@ -41,6 +41,27 @@ def _param(text: str):
         return name, value
 
 
+LIMITS = {  # option -> (attribute, kind): every grading limit finite and > 0, checked by the option's name
+    "--timeout": ("timeout", float), "--cell-timeout": ("cell_timeout", float), "--cpu-s": ("cpu_s", int),
+    "--fsize-mb": ("fsize_mb", int), "--output-mb": ("output_mb", float),
+    "--check-timeout": ("check_timeout", float), "--workers": ("workers", int)}
+
+
+def check_limits(args) -> None:
+    """One ValueError naming the option for a limit that is NaN, infinite, zero or negative (``--memory-mb``
+    may be 0: off)."""
+    import math
+
+    for opt, (attr, kind) in {**LIMITS, "--memory-mb": ("memory_mb", int)}.items():
+        v = getattr(args, attr)
+        if v is None or (opt == "--memory-mb" and v == 0):
+            continue
+        if not math.isfinite(v) or v <= 0:
+            what = "a whole number" if kind is int else "a finite number"
+            extra = " (0 turns it off)" if opt == "--memory-mb" else ""
+            raise ValueError(f"{opt} {v}: must be {what} > 0{extra}")
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "grade", help="grade submissions of a lab into a gradebook",
@@ -79,17 +100,20 @@ def register(subparsers) -> None:
 
 
 def handler(args) -> int:
-    from labkit.cli.release import read_lab
+    from labkit.cli.release import read_lab, resolve_lab
     from labkit.grading import Limits
     from labkit.grading.batch import GradeConfig, grade
 
+    check_limits(args)
     mem = {} if args.memory_mb is None else {"memory_mb": args.memory_mb or None}
     limits = Limits(notebook_s=args.timeout, cell_s=args.cell_timeout, cpu_s=args.cpu_s,
                     fsize_mb=args.fsize_mb, output_mb=args.output_mb, **mem)
     cfg = GradeConfig(limits=limits, workers=args.workers, params=dict(args.param), force=args.force,
                       check_s=args.check_timeout, progress=not args.no_progress, roster=args.roster,
                       shard=args.shard, feedback_values=args.feedback_values)
-    res = grade(read_lab(args.lab), args.submissions, args.out, cfg)
+    for note in limits.within_inherited()[1]:
+        print(f"labkit grade: {note}")
+    res = grade(read_lab(resolve_lab(args.lab)), args.submissions, args.out, cfg)
     for row in res.rows:
         marks = " ".join(x for x in (row["source_copy"] and f"source:{row['source_copy']}",
                                      row["late"] and "late", row["roster"] == "not in roster" and "NOT IN ROSTER") if x)

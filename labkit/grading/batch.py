@@ -81,8 +81,9 @@ class GradeConfig:
             raise ValueError(f"workers={self.workers!r}; must be an integer >= 1")
         if not isinstance(self.params, dict):
             raise TypeError(f"params must be a dict of notebook parameters, got {type(self.params).__name__}")
-        if self.check_s <= 0:
-            raise ValueError(f"check_s={self.check_s!r}; must be > 0")
+        if isinstance(self.check_s, bool) or not isinstance(self.check_s, (int, float)) \
+                or not self.check_s > 0 or self.check_s == float("inf"):
+            raise ValueError(f"check_s={self.check_s!r}; must be a finite number > 0")
 
 
 @dataclass

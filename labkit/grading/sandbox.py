@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import signal
 from dataclasses import dataclass, field
@@ -57,12 +58,37 @@ class Limits:
     def __post_init__(self):
         for name in ("notebook_s", "cell_s", "output_mb"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or v <= 0:
-                raise ValueError(f"Limits.{name}={v!r}; must be a number > 0")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"Limits.{name}={v!r}; must be a finite number > 0")
         for name in ("cpu_s", "fsize_mb", "memory_mb"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or v <= 0):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
                 raise ValueError(f"Limits.{name}={v!r}; must be a positive integer or None")
+
+    def within_inherited(self) -> tuple[Limits, list[str]]:
+        """These limits clamped to the hard rlimits this process inherited (``ulimit -v``, ``ulimit -f``):
+        an unprivileged process cannot raise a hard limit (``setrlimit(2)``: EPERM), so asking for 8 GiB
+        under ``ulimit -v 4000000`` would fail every submission in ``preexec_fn``. Returns the limits to
+        apply and one note per limit lowered."""
+        import resource
+
+        changes, notes = {}, []
+        for name, res, flag in (("memory_mb", resource.RLIMIT_AS, "ulimit -v"),
+                                ("fsize_mb", resource.RLIMIT_FSIZE, "ulimit -f")):
+            hard = resource.getrlimit(res)[1]
+            if hard == resource.RLIM_INFINITY:
+                continue
+            cap = max(1, hard // 2**20)
+            want = getattr(self, name)
+            if want is None or want > cap:
+                changes[name] = cap
+                notes.append(f"{name}={want} MiB is above the inherited hard limit ({flag}: {hard:,} bytes); "
+                             f"submissions run under {cap} MiB")
+        if not changes:
+            return self, []
+        import dataclasses
+
+        return dataclasses.replace(self, **changes), notes
 
     def preexec(self, parent_death: int | None = signal.SIGTERM):
         """A ``preexec_fn`` that applies the file and memory rlimits in the child (new session: own process
@@ -72,13 +98,18 @@ class Limits:
         import resource  # imported here, in the parent: importing between fork and exec can deadlock
 
         fsize, mem = self.fsize_mb, self.memory_mb
+        inf = resource.RLIM_INFINITY   # never ask for more than the hard limit inherited (within_inherited)
+        fsize_hard, mem_hard = (h if h != inf else 2**63 - 1 for _, h in
+                                (resource.getrlimit(resource.RLIMIT_FSIZE), resource.getrlimit(resource.RLIMIT_AS)))
         on_death = die_with_parent(parent_death) if parent_death else None
 
         def apply():  # runs in the child between fork and exec: no imports, no locks
             if fsize:
-                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize * 2**20, fsize * 2**20))
+                f = min(fsize * 2**20, fsize_hard)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (f, f))
             if mem:
-                resource.setrlimit(resource.RLIMIT_AS, (mem * 2**20, mem * 2**20))
+                m = min(mem * 2**20, mem_hard)
+                resource.setrlimit(resource.RLIMIT_AS, (m, m))
             signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
             if on_death:
                 on_death()

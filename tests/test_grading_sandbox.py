@@ -1,0 +1,168 @@
+"""The instructor's material against the commands and the submissions that could destroy it (issue 37):
+`release` never writes onto a source lab or a file it did not write, `--from` refuses a checkout, every
+grading limit is finite and positive, a lab id names the course's lab first, an inherited `ulimit -v` is
+respected, and a submission that writes to / deletes / renames an instructor file or signals the grader
+is graded `tampered` while the rest of the batch is graded normally."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit.cli import main as cli
+from labkit.grading import Limits
+from labkit.grading.batch import GradeConfig
+
+MINI = Path(__file__).resolve().parent / "adversarial" / "mini_lab"
+
+
+def _bytes_of(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _source(tmp_path) -> Path:
+    """A copy of the mini lab's instructor source (the test may then try to destroy it)."""
+    src = tmp_path / "src" / "mini_lab"
+    shutil.copytree(MINI, src)
+    return src
+
+
+# ---------------------------------------------------------------- release never destroys a user's work
+@pytest.mark.parametrize("out", ["parent", "lab", "inside"])
+def test_release_onto_a_source_lab_folder_is_refused_and_changes_no_byte(tmp_path, capsys, out):
+    src = _source(tmp_path)
+    before = _bytes_of(tmp_path / "src")
+    target = {"parent": src.parent, "lab": src, "inside": src / "sub"}[out]
+    assert cli(["release", str(src), "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "instructor" in err and err.count("\n") == 1
+    assert _bytes_of(tmp_path / "src") == before
+    assert not (src / "sub").exists()
+
+
+def test_release_onto_the_courses_labs_folder_is_refused(tmp_path, capsys):
+    from labkit.paths import repo_root
+
+    labs = repo_root() / "labs"
+    before = _bytes_of(labs / "lab01_baseline")
+    assert cli(["release", "lab01_baseline", "--out", str(labs)]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert _bytes_of(labs / "lab01_baseline") == before
+
+
+def test_release_overwrites_only_what_it_wrote(tmp_path, capsys):
+    src = _source(tmp_path)
+    out = tmp_path / "rel"
+    assert cli(["release", str(src), "--out", str(out)]) == 0
+    assert cli(["release", str(src), "--out", str(out)]) == 0          # a re-run: same bytes
+    nb = out / "mini_lab" / "mini_lab.ipynb"
+    # the source changed: the file release wrote is updated
+    doc = json.loads((src / "mini_lab.ipynb").read_text())
+    doc["cells"][0]["source"] = "# changed intro\n" + "".join(doc["cells"][0]["source"])
+    (src / "mini_lab.ipynb").write_text(json.dumps(doc))
+    assert cli(["release", str(src), "--out", str(out)]) == 0
+    assert "# changed intro" in nb.read_text()
+    capsys.readouterr()
+    # a file the user wrote (or edited) is never overwritten
+    nb.write_text("my own notes")
+    helper = out / "mini_lab" / "minilab_ranks.py"
+    assert cli(["release", str(src), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "did not write" in err and str(nb) in err
+    assert nb.read_text() == "my own notes" and helper.is_file()
+    other = tmp_path / "fresh"
+    (other / "mini_lab").mkdir(parents=True)
+    (other / "mini_lab" / "minilab_ranks.py").write_text("# mine")
+    assert cli(["release", str(src), "--out", str(other)]) == 2
+    assert (other / "mini_lab" / "minilab_ranks.py").read_text() == "# mine"
+    assert not (other / "mini_lab" / "mini_lab.ipynb").exists()   # nothing written when one file is refused
+
+
+def test_course_tree_onto_the_checkout_is_refused(capsys):
+    from labkit.paths import repo_root
+
+    before = _bytes_of(repo_root() / "labs" / "lab01_baseline")
+    assert cli(["release", "--course-tree", str(repo_root())]) == 2
+    assert "--course-tree" in capsys.readouterr().err
+    assert _bytes_of(repo_root() / "labs" / "lab01_baseline") == before
+
+
+@pytest.mark.parametrize("mark", [".git", "markers"])
+def test_course_from_an_instructor_checkout_is_refused(tmp_path, capsys, mark):
+    checkout = tmp_path / "checkout"
+    shutil.copytree(MINI, checkout / "labs" / "mini_lab")   # solutions and hidden checks
+    if mark == ".git":
+        (checkout / ".git").mkdir()
+    copy = tmp_path / "my-course"
+    assert cli(["release", "--course", str(copy), "--from", str(checkout)]) == 2
+    err = capsys.readouterr().err
+    assert "--from" in err and ("checkout" in err if mark == ".git" else "solution" in err)
+    assert not copy.exists()
+
+
+# ---------------------------------------------------------------- limits
+@pytest.mark.parametrize("option", ["--timeout", "--cell-timeout", "--check-timeout", "--output-mb"])
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
+def test_every_grading_limit_is_finite_and_positive_by_name(tmp_path, capsys, option, value):
+    sub = tmp_path / "s.ipynb"
+    sub.write_bytes((MINI / "mini_lab.ipynb").read_bytes())
+    assert cli(["grade", str(MINI), str(sub), "--out", str(tmp_path / "out"), option, value, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert option in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["notebook_s", "cell_s", "output_mb"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0, -1.0, True])
+def test_limits_refuse_nan_inf_and_nonpositive(name, value):
+    with pytest.raises(ValueError, match=name):
+        Limits(**{name: value})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0, -1])
+def test_check_timeout_refuses_nan_inf_and_nonpositive(value):
+    with pytest.raises(ValueError, match="check_s"):
+        GradeConfig(check_s=value)
+
+
+# ---------------------------------------------------------------- lab ids
+def test_a_lab_id_names_the_courses_lab_before_a_folder_of_that_name(tmp_path, monkeypatch, capsys):
+    from labkit.cli.release import read_lab, resolve_lab
+    from labkit.paths import repo_root
+
+    decoy = tmp_path / "lab01_baseline"
+    decoy.mkdir()
+    shutil.copyfile(MINI / "mini_lab.ipynb", decoy / "lab01_baseline.ipynb")
+    monkeypatch.chdir(tmp_path)
+    lab = read_lab(resolve_lab("lab01_baseline"))
+    assert lab.source == (repo_root() / "labs" / "lab01_baseline" / "lab01_baseline.ipynb").resolve()
+    assert read_lab(resolve_lab("./lab01_baseline")).source == (decoy / "lab01_baseline.ipynb").resolve()
+    assert cli(["release", "lab01_baseline", "--out", str(tmp_path / "rel")]) == 0
+    assert f"{lab.max_score:g} points" in capsys.readouterr().out
+    assert "BEGIN SOLUTION" not in (tmp_path / "rel" / "lab01_baseline" / "lab01_baseline.ipynb").read_text()
+
+
+# ---------------------------------------------------------------- an inherited ulimit -v
+def test_limits_are_clamped_to_an_inherited_hard_address_space_limit():
+    code = """
+import resource, signal, subprocess, sys
+hard = 6 * 2**30
+resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+from labkit.grading import Limits
+lim, notes = Limits(memory_mb=8192).within_inherited()
+print(lim.memory_mb, notes)
+r = subprocess.run([sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[1])"],
+                   preexec_fn=Limits(memory_mb=8192).preexec(None), capture_output=True, text=True)
+print("child", r.returncode, r.stdout.strip(), r.stderr[-200:])
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    first, child = r.stdout.strip().splitlines()
+    assert first.startswith("6144 ") and "ulimit -v" in first
+    assert child == f"child 0 {6 * 2**30}"
