@@ -166,3 +166,88 @@ print("child", r.returncode, r.stdout.strip(), r.stderr[-200:])
     first, child = r.stdout.strip().splitlines()
     assert first.startswith("6144 ") and "ulimit -v" in first
     assert child == f"child 0 {6 * 2**30}"
+
+
+# ---------------------------------------------------------------- submissions against the instructor's files
+def _toy_course(tmp_path) -> Path:
+    """A fast lab (one question, evidence, a hidden check, a support file) in an instructor folder."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    d = tmp_path / "course" / "toy"
+    d.mkdir(parents=True)
+    (d / "helper.py").write_text("VALUE = 1\n")
+    nb = new_notebook()
+    cells = [("from labkit.grading import EvidenceBook\nfrom helper import VALUE", None),
+             ("x = None\n### BEGIN SOLUTION\nx = VALUE\n### END SOLUTION\nEvidenceBook('toy').submit('q1', answer=x)",
+              {"id": "q1", "kind": "answer", "points": 1}),
+             ("### BEGIN HIDDEN CHECKS\nexpect(evidence('q1').number() == 1, 'not 1')\n### END HIDDEN CHECKS",
+              {"id": "h1", "kind": "hidden", "question": "q1"})]
+    for i, (src, meta) in enumerate(cells):
+        c = new_code_cell(src)
+        c.id = f"c{i}"
+        if meta:
+            c.metadata["labkit"] = meta
+        nb.cells.append(c)
+    nbformat.write(nb, d / "toy.ipynb")
+    return d
+
+
+HOSTILE = {   # student -> a cell appended to the instructor's own (full-marks) notebook
+    "writer": "open({lab!r} + '/toy.ipynb', 'a').write('tampered')",
+    "deleter": "import os; os.remove({lab!r} + '/helper.py')",
+    "renamer": "import os; os.rename({lab!r} + '/toy.ipynb', {lab!r} + '/toy.bak')",
+    "forger": "open({out!r} + '/feedback/honest.json', 'w').write('{{}}'); open({out!r} + '/gradebook.csv', 'w')",
+    "signaller": ("import os, signal, psutil\n"
+                  "grader = [p for p in psutil.Process().parents() if 'grade' in p.cmdline()\n"
+                  "          or any('labkit.grading' in t for t in p.cmdline())]\n"
+                  "for sig in (signal.SIGTERM, signal.SIGKILL):\n"
+                  "    for p in grader:\n"
+                  "        try:\n"
+                  "            os.kill(p.pid, sig)\n"
+                  "        except OSError:\n"
+                  "            pass"),
+}
+
+
+@pytest.mark.slow
+def test_a_submission_that_tampers_changes_nothing_but_its_own_grade(tmp_path):
+    import nbformat
+    import psutil
+    from nbformat.v4 import new_code_cell
+
+    from labkit.grading.isolation import isolation
+
+    if isolation()[0] is None:
+        pytest.skip(isolation()[1])
+    lab = _toy_course(tmp_path)
+    out = tmp_path / "out"
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    shutil.copyfile(lab / "toy.ipynb", subs / "honest.ipynb")
+    for name, cell in HOSTILE.items():
+        nb = nbformat.read(lab / "toy.ipynb", as_version=4)
+        nb.cells.append(new_code_cell(cell.format(lab=str(lab), out=str(out))))
+        nbformat.write(nb, subs / f"{name}.ipynb")
+    shutil.copyfile(subs / "honest.ipynb", subs / "zeta.ipynb")   # graded last, after every hostile one
+    before = _bytes_of(tmp_path / "course")
+    # the grader is `labkit grade` in its own process, as on a hub: the signaller aims at it
+    r = subprocess.run([sys.executable, "-m", "labkit", "grade", str(lab), str(subs), "--out", str(out),
+                        "--workers", "2", "--no-progress", "--timeout", "120", "--cell-timeout", "60"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    assert _bytes_of(tmp_path / "course") == before
+    fbs = {n: json.loads((out / "feedback" / f"{n}.json").read_text()) for n in ["honest", "zeta", *HOSTILE]}
+    for n in ("honest", "zeta"):
+        assert fbs[n]["status"] == "graded" and fbs[n]["score"] == 1, fbs[n]["notes"]
+    for n in HOSTILE:
+        assert fbs[n]["status"] == "tampered" and fbs[n]["score"] == 0, (n, fbs[n]["status"], fbs[n]["notes"])
+        assert f"{n:<24}      0 / 1  tampered" in r.stdout
+    assert any("toy.ipynb" in t for t in fbs["writer"]["tampered"])
+    assert any("deleted or renamed" in t and "helper.py" in t for t in fbs["deleter"]["tampered"])
+    assert any("deleted or renamed" in t and "toy.ipynb" in t for t in fbs["renamer"]["tampered"])
+    assert any("gradebook.csv" in t for t in fbs["forger"]["tampered"])
+    assert fbs["signaller"]["tampered"] == ["sent SIGTERM to the grader"]
+    with open(out / "gradebook.csv") as f:
+        assert len(f.read().splitlines()) == 1 + 2 + len(HOSTILE)
+    assert not [p for p in psutil.process_iter(["cwd"]) if str(tmp_path) in (p.info["cwd"] or "")]
