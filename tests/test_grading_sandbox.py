@@ -133,19 +133,22 @@ def test_check_timeout_refuses_nan_inf_and_nonpositive(value):
 
 # ---------------------------------------------------------------- lab ids
 def test_a_lab_id_names_the_courses_lab_before_a_folder_of_that_name(tmp_path, monkeypatch, capsys):
-    from labkit.cli.release import read_lab, resolve_lab
+    from labkit.grading import load_lab
     from labkit.paths import repo_root
 
+    course_lab = load_lab(repo_root() / "labs" / "lab01_baseline" / "lab01_baseline.ipynb")
     decoy = tmp_path / "lab01_baseline"
     decoy.mkdir()
-    shutil.copyfile(MINI / "mini_lab.ipynb", decoy / "lab01_baseline.ipynb")
+    shutil.copyfile(MINI / "mini_lab.ipynb", decoy / "lab01_baseline.ipynb")   # the mini lab: 5 points
     monkeypatch.chdir(tmp_path)
-    lab = read_lab(resolve_lab("lab01_baseline"))
-    assert lab.source == (repo_root() / "labs" / "lab01_baseline" / "lab01_baseline.ipynb").resolve()
-    assert read_lab(resolve_lab("./lab01_baseline")).source == (decoy / "lab01_baseline.ipynb").resolve()
     assert cli(["release", "lab01_baseline", "--out", str(tmp_path / "rel")]) == 0
-    assert f"{lab.max_score:g} points" in capsys.readouterr().out
-    assert "BEGIN SOLUTION" not in (tmp_path / "rel" / "lab01_baseline" / "lab01_baseline.ipynb").read_text()
+    assert f"{len(course_lab.questions)} questions, {course_lab.max_score:g} points" in capsys.readouterr().out
+    released = (tmp_path / "rel" / "lab01_baseline" / "lab01_baseline.ipynb").read_text()
+    assert "minilab" not in released and "BEGIN SOLUTION" not in released
+    from labkit.cli.release import read_lab, resolve_lab
+
+    assert read_lab(resolve_lab("lab01_baseline")).source == course_lab.source
+    assert read_lab(resolve_lab("./lab01_baseline")).source == (decoy / "lab01_baseline.ipynb").resolve()
 
 
 # ---------------------------------------------------------------- an inherited ulimit -v
@@ -251,3 +254,26 @@ def test_a_submission_that_tampers_changes_nothing_but_its_own_grade(tmp_path):
     with open(out / "gradebook.csv") as f:
         assert len(f.read().splitlines()) == 1 + 2 + len(HOSTILE)
     assert not [p for p in psutil.process_iter(["cwd"]) if str(tmp_path) in (p.info["cwd"] or "")]
+
+
+@pytest.mark.slow
+def test_grading_under_an_inherited_ulimit_v_runs_the_submissions(tmp_path):
+    import resource
+
+    lab = _toy_course(tmp_path)
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    shutil.copyfile(lab / "toy.ipynb", subs / "ann.ipynb")
+    hard = 6 * 2**30          # below the grader's 8 GiB default, far above what the toy lab needs
+
+    def lower():
+        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+
+    r = subprocess.run([sys.executable, "-m", "labkit", "grade", str(lab), str(subs), "--out", str(tmp_path / "out"),
+                        "--no-progress", "--memory-mb", "8192"], preexec_fn=lower, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, (r.stdout[-1500:], r.stderr[-1500:])
+    assert "ulimit -v" in r.stdout and "6144 MiB" in r.stdout
+    fb = json.loads((tmp_path / "out" / "feedback" / "ann.json").read_text())
+    assert fb["status"] == "graded" and fb["score"] == 1, fb["notes"]
+    assert any("ulimit -v" in n for n in fb["notes"])
