@@ -277,3 +277,47 @@ def test_grading_under_an_inherited_ulimit_v_runs_the_submissions(tmp_path):
     fb = json.loads((tmp_path / "out" / "feedback" / "ann.json").read_text())
     assert fb["status"] == "graded" and fb["score"] == 1, fb["notes"]
     assert any("ulimit -v" in n for n in fb["notes"])
+
+
+@pytest.mark.parametrize("user_ns", [False, True], ids=["root", "user-namespace"])
+def test_the_cage_walls_off_the_files_the_scratch_layer_and_the_grader(tmp_path, user_ns):
+    import os
+
+    from labkit.grading.isolation import Cage, _unshare, isolation, probe
+
+    if isolation()[0] is None or (not user_ns and os.geteuid() != 0) or probe(user_ns):
+        pytest.skip(f"no cage of this kind here: {isolation()[1]}")
+    lower = tmp_path / "course"
+    (lower / "work").mkdir(parents=True)
+    (lower / "checks.py").write_text("OK = True\n")
+    cage = Cage([lower], [lower / "work"], tmp_path / "scratch")
+    code = f"""
+import os, signal, subprocess
+out = []
+open('{lower}/checks.py', 'w').write('OK = False')
+try:
+    os.listdir('{tmp_path / "scratch"}')
+    out.append('scratch visible')
+except OSError:
+    out.append('scratch hidden')
+r = subprocess.run(['umount', '{lower}'], capture_output=True)
+out.append('umount refused' if r.returncode else 'umount worked')
+try:
+    os.kill({os.getpid()}, signal.SIGTERM)
+    out.append('signalled a process')
+except OSError:
+    out.append('no grader here')
+open('{lower}/work/out.txt', 'w').write(' | '.join(out))
+"""
+    try:
+        r = subprocess.run(cage.command(_unshare(user_ns), [sys.executable, "-c", code], lower / "work"),
+                           capture_output=True, text=True, timeout=60)
+        touched = cage.touched()
+    finally:
+        cage.remove()
+    assert r.returncode == 0, r.stderr[-1000:]
+    said = (lower / "work" / "out.txt").read_text()
+    assert said == "scratch hidden | umount refused | no grader here", said
+    assert (lower / "checks.py").read_text() == "OK = True\n"
+    assert touched == [f"changed {lower / 'checks.py'}"]
+    assert not (tmp_path / "scratch").exists()

@@ -100,36 +100,43 @@ class Cage:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+def probe(user_ns: bool) -> str:
+    """Build a real cage (``--user --map-root-user`` when ``user_ns``) around a throwaway folder: "" when a
+    write through the overlay landed in the scratch layer only, a deletion left the file on disk, a write to
+    the bound-back folder reached the disk, and the caged process was PID 1 with no capabilities; else why not."""
+    with tempfile.TemporaryDirectory(prefix="labkit-cage-probe-") as t:
+        lower, keep = Path(t, "lower"), Path(t, "lower", "keep")
+        keep.mkdir(parents=True)
+        (lower / "old").write_text("x")
+        cage = Cage([lower], [keep], Path(t, "scratch"))
+        code = ("import os; open('new', 'w').write('x'); os.remove('old'); open('keep/y', 'w').write('y')"
+                "; caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')][0]"
+                "; print(os.getpid(), int(caps.split()[1], 16))")
+        try:
+            r = subprocess.run(cage.command(_unshare(user_ns), [sys.executable, "-c", code], lower),
+                               capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            if (r.returncode == 0 and r.stdout.split() == ["1", "0"] and (lower / "old").exists()
+                    and not (lower / "new").exists() and (keep / "y").exists()
+                    and cage.touched() == [f"created {lower / 'new'}", f"deleted or renamed {lower / 'old'}"]):
+                return ""
+            return (r.stderr.strip().splitlines() or [f"exit {r.returncode}, output {r.stdout.strip()!r}"])[-1][:200]
+        except (OSError, subprocess.SubprocessError) as e:
+            return f"{type(e).__name__}: {e}"
+        finally:
+            cage.remove()
+
+
 def isolation() -> tuple[list[str] | None, str]:
-    """(the unshare command prefix, or None where submissions cannot be caged here; a one-line note why).
-    Probed once per process with a real cage: a write through the overlay must land in the scratch layer,
-    a write to the bound-back folder on disk, the caged process must be PID 1 with no capabilities."""
+    """(the unshare command prefix, or None where submissions cannot be caged here; a one-line note why),
+    found by :func:`probe` once per process: as root without a user namespace, then with one."""
     if "result" in _PROBE:
         return _PROBE["result"]
     why = "unshare(1) not found" if not shutil.which("unshare") else "not Linux"
     if sys.platform.startswith("linux") and shutil.which("unshare"):
         for user_ns in ([False, True] if os.geteuid() == 0 else [True]):
-            with tempfile.TemporaryDirectory(prefix="labkit-cage-probe-") as t:
-                lower, keep = Path(t, "lower"), Path(t, "lower", "keep")
-                keep.mkdir(parents=True)
-                (lower / "old").write_text("x")
-                cage = Cage([lower], [keep], Path(t, "scratch"))
-                code = ("import os; open('new', 'w').write('x'); os.remove('old'); open('keep/y', 'w').write('y')"
-                        "; caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')][0]"
-                        "; print(os.getpid(), int(caps.split()[1], 16))")
-                try:
-                    r = subprocess.run(cage.command(_unshare(user_ns), [sys.executable, "-c", code], lower),
-                                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-                    ok = (r.returncode == 0 and r.stdout.split() == ["1", "0"] and (lower / "old").exists()
-                          and not (lower / "new").exists() and (keep / "y").exists()
-                          and cage.touched() == [f"created {lower / 'new'}", f"deleted or renamed {lower / 'old'}"])
-                    why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1][:200] if not ok else ""
-                except (OSError, subprocess.SubprocessError) as e:
-                    ok, why = False, f"{type(e).__name__}: {e}"
-                finally:
-                    cage.remove()
-            if ok:
-                mode = "a user namespace" if user_ns else "as root"
+            why = probe(user_ns)
+            if not why:
+                mode = "in a user namespace" if user_ns else "as root"
                 _PROBE["result"] = (_unshare(user_ns), f"submissions caged ({mode}): own PID namespace, the "
                                     "instructor's files behind an overlay, no capabilities")
                 return _PROBE["result"]
