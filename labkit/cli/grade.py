@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import sys
 
 EPILOG = """\
 Each submission runs with papermill in its own folder (DIR/work/<student>), in a subprocess with a
@@ -14,7 +15,12 @@ source_copy, file, late, replaced, roster), DIR/feedback/<student>.json (the ins
 DIR/feedback/<student>.md (for the learner; --feedback-values hide replaces the numbers their evidence
 does not contain by [hidden]) and DIR/executed/<student>.ipynb. Every other file in the submission
 folders is listed with why it is not graded (DIR/not-graded.txt); a notebook of another lab is graded
-wrong-lab, naming the lab it is. A re-run skips submissions already
+wrong-lab, naming the lab it is. Where Linux allows (root, or unprivileged user namespaces) each
+submission runs caged (labkit.grading.isolation): its own PID namespace, the checkout, labkit, the lab,
+DIR and the Python environment behind an overlay; one that writes, deletes or renames a file there, or
+signals the grader, is graded `tampered` (named in its feedback) and changes nothing else. Every limit
+must be finite and > 0; one above an inherited hard limit (ulimit -v, -f) is lowered to it, with a note.
+A re-run skips submissions already
 graded (same notebook bytes, same lab source) unless --force; students an interrupted --force run had
 not finished are regraded.
 
@@ -111,8 +117,10 @@ def handler(args) -> int:
     cfg = GradeConfig(limits=limits, workers=args.workers, params=dict(args.param), force=args.force,
                       check_s=args.check_timeout, progress=not args.no_progress, roster=args.roster,
                       shard=args.shard, feedback_values=args.feedback_values)
-    for note in limits.within_inherited()[1]:
-        print(f"labkit grade: {note}")
+    from labkit.grading.isolation import isolation
+
+    for note in [*limits.within_inherited()[1], isolation()[1]]:
+        print(f"labkit grade: {note}", file=sys.stderr)
     res = grade(read_lab(resolve_lab(args.lab)), args.submissions, args.out, cfg)
     for row in res.rows:
         marks = " ".join(x for x in (row["source_copy"] and f"source:{row['source_copy']}",

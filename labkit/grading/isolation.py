@@ -55,9 +55,6 @@ class Cage:
         rw = [Path(p).resolve() for p in rw]
         roots = sorted({Path(p).resolve() for p in protect if Path(p).exists()}, key=lambda p: len(p.parts))
         self.protect = [p for i, p in enumerate(roots) if p.is_dir() and not any(q in p.parents for q in roots[:i])]
-        for p in self.protect:
-            if any(c in str(p) for c in ",:\\"):
-                raise ValueError(f"protected folder {p}: overlayfs cannot name a path with ',', ':' or '\\'")
         self.rw, self.scratch = rw, Path(scratch)
 
     def layers(self) -> list[tuple[str, str, str]]:
@@ -180,8 +177,12 @@ def enter(spec_path: str) -> int:
 
     try:
         keep = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p in spec["rw"]]   # the real folders, before
-        for lower, upper, work in spec["layers"]:
-            mount("overlay", lower, "overlay", 0, f"lowerdir={lower},upperdir={upper},workdir={work}")
+        for layer in spec["layers"]:   # each folder by an open descriptor: a ',' or ':' in a path cannot matter
+            fds = [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in layer]
+            lower, upper, work = (f"/proc/self/fd/{fd}" for fd in fds)
+            mount("overlay", layer[0], "overlay", 0, f"lowerdir={lower},upperdir={upper},workdir={work}")
+            for fd in fds:
+                os.close(fd)
         for p, fd in keep:
             mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC, None)
             os.close(fd)
