@@ -4,9 +4,8 @@
 each submission
 
 1. copies the notebook and the lab's support files into ``DIR/work/<student>/`` (a fresh folder);
-2. executes it with papermill in a subprocess (:mod:`labkit.grading.executor`) under the limits of
-   :class:`~labkit.grading.sandbox.Limits`, caged where Linux allows (:mod:`~labkit.grading.isolation`: a
-   write, deletion or rename of the instructor's files, or a signal at the grader, is ``tampered``), in parallel;
+2. executes it with papermill (:mod:`~labkit.grading.executor`) under :class:`~labkit.grading.sandbox.Limits`,
+   caged where Linux allows (:mod:`~labkit.grading.isolation`), in parallel workers;
 3. runs the lab's hidden checks in another fresh process (:mod:`labkit.grading.checker`) against the
    evidence the notebook recorded — never against anything the kernel printed;
 4. writes ``DIR/feedback/<student>.json`` (score per question, each check's message, what ran, what
@@ -37,6 +36,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -149,10 +149,10 @@ def _structure(lab: Lab, nb) -> dict:
     }
 
 
-def _run(cmd, *, cwd, env, limits: sandbox.Limits, timeout: float, log: Path) -> tuple[int | None, bool]:
+def _run(cmd, *, cwd, env, limits: sandbox.Limits, timeout: float, log: Path, death=signal.SIGTERM) -> tuple[int | None, bool]:
     with open(log, "wb") as logf:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=logf,
-                                stderr=subprocess.STDOUT, preexec_fn=limits.preexec(), start_new_session=True)
+                                stderr=subprocess.STDOUT, preexec_fn=limits.preexec(death), start_new_session=True)
         try:
             rc, why = sandbox.wait_within(proc, timeout=timeout, cpu_s=limits.cpu_s)
             if why:
@@ -229,11 +229,10 @@ def grade_one(lab: Lab, sub: Path, student: str, out: Path, cfg: GradeConfig) ->
     t1 = time.perf_counter()
     try:
         rc, killed = _run(cage.command(prefix, cmd, work) if cage else cmd, cwd=work, env=env, limits=lim,
-                          timeout=lim.notebook_s + 60, log=private / "executor.log")
-        touched = cage.touched() if cage else []
+                          timeout=lim.notebook_s + 60, log=private / "executor.log",
+                          death=signal.SIGKILL if cage else signal.SIGTERM)    # unshare(1) ignores SIGTERM
     finally:
-        if cage:
-            cage.remove()
+        touched = cage.finish() if cage else []
     if rc == ENTER_FAILED and not (run_dir / "status.json").exists():
         raise RuntimeError(f"the submission's cage could not be built: see {private / 'executor.log'}")
     fb["execute_s"] = round(time.perf_counter() - t1, 2)

@@ -87,6 +87,13 @@ class Cage:
                         found.append(f"{'changed' if real.exists() else 'created'} {real}")
         return sorted(found)
 
+    def finish(self) -> list[str]:
+        """:meth:`touched`, then :meth:`remove`: what the run changed, and no scratch layer left behind."""
+        try:
+            return self.touched()
+        finally:
+            self.remove()
+
     def remove(self) -> None:
         for root, dirs, _ in os.walk(self.scratch):
             for d in dirs:       # overlayfs leaves its work/work folder mode 000

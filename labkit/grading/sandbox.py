@@ -250,19 +250,22 @@ def fingerprint(paths) -> str:
 
 def tamper_verdict(caged: bool, touched: list, on_disk: list, report: dict) -> tuple[str | None, list, str]:
     """(status or None, what was done, the note) after a run. ``touched``: what a caged run changed behind
-    its overlay (never on disk); ``on_disk``: :func:`changed` of the protected files. Files really changed
-    on disk (an uncaged run): ``labkit-modified`` — nothing graded until they are restored, the batch re-run.
-    Otherwise a write, deletion or rename, or a signal aimed at the grader (``report["signalled"]``):
-    ``tampered`` — this submission scores 0, everyone else is graded as usual."""
-    if on_disk and not caged:
+    its overlay (never on disk); ``on_disk``: :func:`changed` of the protected files on disk. A change on
+    disk is ``labkit-modified`` — a grader-side state, nothing graded until the files are restored and the
+    batch re-run (uncaged, the submission may have made it; caged, it cannot have: someone edited labkit or
+    the lab meanwhile). A write, deletion or rename behind the overlay, or a signal aimed at the grader
+    (``report["signalled"]``), is ``tampered``: this submission scores 0, everyone else is graded as usual."""
+    if on_disk:
+        who = "by someone else (the submission ran caged)" if caged else "while this submission ran"
         return "labkit-modified", on_disk[:5], (
-            f"files of labkit or the lab changed on disk while this submission ran ({'; '.join(on_disk[:5])}); "
-            "nothing is graded until they are restored (reinstall labkit) and the batch re-run")
-    what = (touched or on_disk)[:5] + ([f"sent {report['signalled']} to the grader"] if report.get("signalled") else [])
+            f"files of labkit or the lab changed on disk {who}: {'; '.join(on_disk[:5])}; nothing is graded "
+            "until they are restored (reinstall labkit) and the batch re-run")
+    what = touched[:5] + ([f"sent {report['signalled']} to the grader"] if report.get("signalled") else [])
     if not what:
         return None, [], ""
-    return "tampered", what, (f"tampered: {'; '.join(what)} (the submission ran in a cage: the instructor's files "
-                              "and the grader are unchanged; only this submission's grade is affected)")
+    return "tampered", what, (f"tampered: {'; '.join(what)} ({'the submission ran in a cage: ' if caged else ''}"
+                              "the instructor's files and the grader are unchanged; only this submission's grade "
+                              "is affected)")
 
 
 def default_protected() -> list[Path]:
