@@ -59,7 +59,14 @@ def test_release_onto_the_courses_labs_folder_is_refused(tmp_path, capsys):
 def test_release_overwrites_only_what_it_wrote(tmp_path, capsys):
     src = _source(tmp_path)
     out = tmp_path / "rel"
-    assert cli(["release", str(src), "--out", str(out)]) == 0
+    import os
+
+    old_mask = os.umask(0o077)
+    try:
+        assert cli(["release", str(src), "--out", str(out)]) == 0
+    finally:
+        os.umask(old_mask)
+    assert all((p.stat().st_mode & 0o777) == (0o755 if p.is_dir() else 0o644) for p in out.rglob("*"))
     assert cli(["release", str(src), "--out", str(out)]) == 0          # a re-run: same bytes
     nb = out / "mini_lab" / "mini_lab.ipynb"
     # the source changed: the file release wrote is updated

@@ -278,7 +278,10 @@ def install_release(staged, out) -> list[str]:
         raise ValueError(f"labkit release would overwrite {len(refused)} file(s) it did not write: "
                          f"{'; '.join(refused[:3])}; move them away or choose another --out")
     for src, target, rel in plan:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        for d in reversed([target.parent, *target.parent.parents]):
+            if not d.exists():           # folders it makes are world-readable too, whatever the umask
+                d.mkdir()
+                os.chmod(d, 0o755)
         shutil.copyfile(src, target)
         os.chmod(target, 0o644)
         wrote[rel] = hashlib.sha256(src.read_bytes()).hexdigest()
