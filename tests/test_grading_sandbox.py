@@ -258,6 +258,7 @@ def test_a_submission_that_tampers_changes_nothing_but_its_own_grade(tmp_path):
     assert any("deleted or renamed" in t and "toy.ipynb" in t for t in fbs["renamer"]["tampered"])
     assert any("gradebook.csv" in t for t in fbs["forger"]["tampered"])
     assert fbs["signaller"]["tampered"] == ["sent SIGTERM to the grader"]
+    assert "signaller: tampered, graded 0: sent SIGTERM to the grader" in r.stdout
     with open(out / "gradebook.csv") as f:
         assert len(f.read().splitlines()) == 1 + 2 + len(HOSTILE)
     assert not [p for p in psutil.process_iter(["cwd"]) if str(tmp_path) in (p.info["cwd"] or "")]

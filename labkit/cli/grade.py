@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import sys
 
 EPILOG = """\
@@ -134,6 +135,9 @@ def handler(args) -> int:
     if res.missing:
         print(f"in the roster, no submission ({len(res.missing)}): {', '.join(res.missing)}")
     for row in res.rows:
+        if row["status"] == "tampered":     # what it did, from its feedback (the instructor's record)
+            fb = json.loads((res.gradebook.parent / "feedback" / f"{row['student']}.json").read_text())
+            print(f"{row['student']}: tampered, graded 0: {'; '.join(fb.get('tampered', []))}")
         if row["status"] == "wrong-lab":
             print(f"{row['student']}: {row['file']} is not {row['lab']} (see its feedback): not graded")
     if res.passed_over:
