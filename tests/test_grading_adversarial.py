@@ -160,6 +160,13 @@ def test_on_disk_tampering_is_flagged_not_graded(tmp_path):
     nbformat.write(nb, sub)
     cfg = GradeConfig(limits=LIMITS, protect=(str(protected),), progress=False)
     res = grade(LAB, [sub], tmp_path / "out", cfg)
-    assert res.failed == ["tamper"] and res.rows == []
     fb = json.loads((tmp_path / "out" / "feedback" / "tamper.json").read_text())
-    assert fb["status"] == "labkit-modified" and fb["complete"] is False
+    from labkit.grading.isolation import isolation
+
+    if isolation()[0] is None:     # not caged: the file really changed, nothing is graded until it is restored
+        assert res.failed == ["tamper"] and res.rows == []
+        assert fb["status"] == "labkit-modified" and fb["complete"] is False
+    else:                          # caged: the write landed in the overlay; this submission alone is tampered
+        assert (protected / "checks.py").read_text() == "OK = True\n"
+        assert res.failed == [] and fb["status"] == "tampered" and fb["score"] == 0
+        assert fb["tampered"] == [f"changed {protected / 'checks.py'}"]

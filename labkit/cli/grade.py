@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
+import sys
 
 EPILOG = """\
 Each submission runs with papermill in its own folder (DIR/work/<student>), in a subprocess with a
@@ -14,7 +16,12 @@ source_copy, file, late, replaced, roster), DIR/feedback/<student>.json (the ins
 DIR/feedback/<student>.md (for the learner; --feedback-values hide replaces the numbers their evidence
 does not contain by [hidden]) and DIR/executed/<student>.ipynb. Every other file in the submission
 folders is listed with why it is not graded (DIR/not-graded.txt); a notebook of another lab is graded
-wrong-lab, naming the lab it is. A re-run skips submissions already
+wrong-lab, naming the lab it is. Where Linux allows (root, or unprivileged user namespaces) each
+submission runs caged (labkit.grading.isolation): its own PID namespace, the checkout, labkit, the lab,
+DIR and the Python environment behind an overlay; one that writes, deletes or renames a file there, or
+signals the grader, is graded `tampered` (named in its feedback) and changes nothing else. Every limit
+must be finite and > 0; one above an inherited hard limit (ulimit -v, -f) is lowered to it, with a note.
+A re-run skips submissions already
 graded (same notebook bytes, same lab source) unless --force; students an interrupted --force run had
 not finished are regraded.
 
@@ -43,6 +50,27 @@ def _param(text: str):
         return name, ast.literal_eval(value)
     except (ValueError, SyntaxError):
         return name, value
+
+
+LIMITS = {  # option -> (attribute, kind): every grading limit finite and > 0, checked by the option's name
+    "--timeout": ("timeout", float), "--cell-timeout": ("cell_timeout", float), "--cpu-s": ("cpu_s", int),
+    "--fsize-mb": ("fsize_mb", int), "--output-mb": ("output_mb", float),
+    "--check-timeout": ("check_timeout", float), "--workers": ("workers", int)}
+
+
+def check_limits(args) -> None:
+    """One ValueError naming the option for a limit that is NaN, infinite, zero or negative (``--memory-mb``
+    may be 0: off)."""
+    import math
+
+    for opt, (attr, kind) in {**LIMITS, "--memory-mb": ("memory_mb", int)}.items():
+        v = getattr(args, attr)
+        if v is None or (opt == "--memory-mb" and v == 0):
+            continue
+        if not math.isfinite(v) or v <= 0:
+            what = "a whole number" if kind is int else "a finite number"
+            extra = " (0 turns it off)" if opt == "--memory-mb" else ""
+            raise ValueError(f"{opt} {v}: must be {what} > 0{extra}")
 
 
 def register(subparsers) -> None:
@@ -85,17 +113,22 @@ def register(subparsers) -> None:
 
 
 def handler(args) -> int:
-    from labkit.cli.release import read_lab
+    from labkit.cli.release import read_lab, resolve_lab
     from labkit.grading import Limits
     from labkit.grading.batch import GradeConfig, grade
 
+    check_limits(args)
     mem = {} if args.memory_mb is None else {"memory_mb": args.memory_mb or None}
     limits = Limits(notebook_s=args.timeout, cell_s=args.cell_timeout, cpu_s=args.cpu_s,
                     fsize_mb=args.fsize_mb, output_mb=args.output_mb, **mem)
     cfg = GradeConfig(limits=limits, workers=args.workers, params=dict(args.param), force=args.force,
                       check_s=args.check_timeout, progress=not args.no_progress, roster=args.roster,
                       shard=args.shard, feedback_values=args.feedback_values, key=_key(args.key_file))
-    res = grade(read_lab(args.lab), args.submissions, args.out, cfg)
+    from labkit.grading.isolation import isolation
+
+    for note in [*limits.within_inherited()[1], isolation()[1]]:
+        print(f"labkit grade: {note}", file=sys.stderr)
+    res = grade(read_lab(resolve_lab(args.lab)), args.submissions, args.out, cfg)
     for row in res.rows:
         marks = " ".join(x for x in (row["source_copy"] and f"source:{row['source_copy']}",
                                      row["late"] and "late", row["roster"] == "not in roster" and "NOT IN ROSTER") if x)
@@ -108,6 +141,9 @@ def handler(args) -> int:
     if res.missing:
         print(f"in the roster, no submission ({len(res.missing)}): {', '.join(res.missing)}")
     for row in res.rows:
+        if row["status"] == "tampered":     # what it did, from its feedback (the instructor's record)
+            fb = json.loads((res.gradebook.parent / "feedback" / f"{row['student']}.json").read_text())
+            print(f"{row['student']}: tampered, graded 0: {'; '.join(fb.get('tampered', []))}")
         if row["status"] == "wrong-lab":
             print(f"{row['student']}: {row['file']} is not {row['lab']} (see its feedback): not graded")
     if res.passed_over:

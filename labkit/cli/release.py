@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 EPILOG = """\
 examples:
@@ -46,6 +47,18 @@ def register(subparsers) -> None:
     p.set_defaults(func=handler)
 
 
+def resolve_lab(lab: str) -> str:
+    """A course lab id names the course's lab first: a ``lab01_baseline/`` folder in the current folder
+    does not take over ``labkit grade lab01_baseline`` (give ``./lab01_baseline`` for that folder)."""
+    from labkit import course
+    from labkit.paths import repo_root
+
+    for e in course.notebooks(kind="lab"):
+        if e.id == str(lab) and (repo_root() / e.path).is_file():
+            return str(repo_root() / e.path)
+    return lab
+
+
 def read_lab(lab):
     """:func:`labkit.grading.load_lab`, with a one-line ValueError naming the notebook for a folder without
     one, an empty or binary file, JSON that is no notebook, or a notebook nbformat cannot read."""
@@ -70,16 +83,23 @@ def handler(args) -> int:
         raise ValueError("labkit release: --key-file and --tickets go with LAB --out DIR (labs 8 and 12)")
     if args.tree and not args.course:
         raise ValueError("labkit release: --from TREE goes with --course DIR")
-    if args.course_tree:
-        from labkit.grading.course_copy import release_course
+    import tempfile
 
-        print(f"released course tree -> {release_course(args.course_tree)}")
+    from labkit.grading import course_copy as cc
+
+    if args.course_tree:
+        cc.refuse_instructor_target(args.course_tree, option="--course-tree")
+        with tempfile.TemporaryDirectory(prefix="labkit-release-") as tmp:
+            cc.install_release(cc.release_course(Path(tmp) / "tree"), args.course_tree)
+        print(f"released course tree -> {args.course_tree}")
         return 0
     if args.course:
         from labkit import course
-        from labkit.grading.course_copy import working_copy
 
-        print("\n".join(working_copy(args.course, tree=args.tree).lines()))
+        cc.refuse_instructor_target(args.course, option="--course")
+        if args.tree:
+            cc.refuse_checkout(args.tree)
+        print("\n".join(cc.working_copy(args.course, tree=args.tree).lines()))
         counts = {k: (len(course.notebooks(kind=k)), len(course.notebooks(kind=k, ready_only=True)))
                   for k in ("chapter", "lab")}
         print("the course (labkit/course.toml): " + ", ".join(f"{n} {k}s, {r} ready" for k, (n, r) in counts.items()))
@@ -90,14 +110,17 @@ def handler(args) -> int:
 
     if bool(args.key_file) != bool(args.tickets):
         raise ValueError("labkit release: --key-file and --tickets go together (the key tags the tickets it writes)")
-    lab = read_lab(args.lab)
-    key = None
+    lab = read_lab(resolve_lab(args.lab))
+    cc.refuse_instructor_target(Path(args.out) / lab.id, option="--out", extra=[lab.dir])
     if args.key_file:
         from labkit import tickets
 
         key = tickets.read_key(args.key_file)
         out = tickets.write_tickets(key, tickets.keyed_lab(lab.id), args.seats, args.tickets, release_dir=args.out)
         print(f"{args.seats} tickets -> {out} (yours, not the learners': give each learner one for SEED)")
-    path = release(lab.source, args.out)
+    with tempfile.TemporaryDirectory(prefix="labkit-release-") as tmp:
+        release(lab.source, tmp)
+        cc.install_release(tmp, args.out)
+    path = Path(args.out) / lab.id / f"{lab.id}.ipynb"
     print(f"released {lab.id}: {len(lab.questions)} questions, {lab.max_score:g} points -> {path}")
     return 0

@@ -4,8 +4,8 @@
 each submission
 
 1. copies the notebook and the lab's support files into ``DIR/work/<student>/`` (a fresh folder);
-2. executes it with papermill in a subprocess (:mod:`labkit.grading.executor`) under the rlimits and
-   time limits of :class:`~labkit.grading.sandbox.Limits`, in parallel workers;
+2. executes it with papermill (:mod:`~labkit.grading.executor`) under :class:`~labkit.grading.sandbox.Limits`,
+   caged where Linux allows (:mod:`~labkit.grading.isolation`), in parallel workers;
 3. runs the lab's hidden checks in another fresh process (:mod:`labkit.grading.checker`) against the
    evidence the notebook recorded — never against anything the kernel printed;
 4. writes ``DIR/feedback/<student>.json`` (score per question, each check's message, what ran, what
@@ -36,8 +36,10 @@ import datetime as dt
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -47,6 +49,7 @@ from pathlib import Path
 from labkit.grading import feedback, sandbox, summary
 from labkit.grading.evidence import sha256_file
 from labkit.grading.gradebook import FIXED_COLUMNS, write_gradebook
+from labkit.grading.isolation import ENTER_FAILED, Cage, isolation
 from labkit.grading.labfmt import Lab, learner_notebook, load_lab, other_lab, source_copy
 from labkit.grading.students import Roster, Student, parse_shard, resolve, shard_of, student_of
 from labkit.record import atomic_write_text
@@ -82,8 +85,8 @@ class GradeConfig:
             raise ValueError(f"workers={self.workers!r}; must be an integer >= 1")
         if not isinstance(self.params, dict):
             raise TypeError(f"params must be a dict of notebook parameters, got {type(self.params).__name__}")
-        if self.check_s <= 0:
-            raise ValueError(f"check_s={self.check_s!r}; must be > 0")
+        if type(self.check_s) not in (int, float) or not 0 < self.check_s < float("inf"):
+            raise ValueError(f"check_s={self.check_s!r}; must be a finite number > 0")
 
 
 @dataclass
@@ -148,10 +151,10 @@ def _structure(lab: Lab, nb) -> dict:
     }
 
 
-def _run(cmd, *, cwd, env, limits: sandbox.Limits, timeout: float, log: Path) -> tuple[int | None, bool]:
+def _run(cmd, *, cwd, env, limits: sandbox.Limits, timeout: float, log: Path, death=signal.SIGTERM) -> tuple[int | None, bool]:
     with open(log, "wb") as logf:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=logf,
-                                stderr=subprocess.STDOUT, preexec_fn=limits.preexec(), start_new_session=True)
+                                stderr=subprocess.STDOUT, preexec_fn=limits.preexec(death), start_new_session=True)
         try:
             rc, why = sandbox.wait_within(proc, timeout=timeout, cpu_s=limits.cpu_s)
             if why:
@@ -215,29 +218,44 @@ def grade_one(lab: Lab, sub: Path, student: str, out: Path, cfg: GradeConfig) ->
     src = work / f"{lab.id}.ipynb"
     nbformat.write(nb, src)
     protect = [Path(p) for p in (cfg.protect or sandbox.default_protected())] + [lab.dir]
-    before = sandbox.fingerprint(protect)
+    before = sandbox.file_hashes(protect)
     env = sandbox.env_for_submission(work / "work")
-    spec = {"input": str(src), "output": str(executed), "status": str(private / "status.json"), "cwd": str(work),
-            "parameters": cfg.params, "cell_s": lim.cell_s, "notebook_s": lim.notebook_s,
+    (run_dir := private / "run").mkdir()        # the executor's only writable folder besides the work folder
+    lim, notes = lim.within_inherited()
+    fb["notes"] += notes
+    prefix, fb["isolation"] = isolation()
+    spec = {"input": str(src), "output": str(run_dir / "executed.ipynb"), "status": str(run_dir / "status.json"),
+            "cwd": str(work), "parameters": cfg.params, "cell_s": lim.cell_s, "notebook_s": lim.notebook_s,
             "output_bytes": int(lim.output_mb * 2**20), "kernel_name": cfg.kernel_name,
-            "grader_pid": os.getpid()}
+            "grader_pid": None if prefix else os.getpid(), "caged": bool(prefix)}
     (private / "spec.json").write_text(json.dumps(spec))
+    cmd = sandbox.python_cmd() + ["-m", "labkit.grading.executor", str(private / "spec.json")]
+    cage = Cage(sandbox.cage_roots(lab.dir, out, cfg.protect), [work, run_dir],
+                tempfile.mkdtemp(prefix="labkit-cage-")) if prefix else None
     t1 = time.perf_counter()
-    rc, killed = _run(sandbox.python_cmd() + ["-m", "labkit.grading.executor", str(private / "spec.json")],
-                      cwd=work, env=env, limits=lim, timeout=lim.notebook_s + 60, log=private / "executor.log")
+    try:
+        rc, killed = _run(cage.command(prefix, cmd, work) if cage else cmd, cwd=work, env=env, limits=lim,
+                          timeout=lim.notebook_s + 60, log=private / "executor.log",
+                          death=signal.SIGKILL if cage else signal.SIGTERM)    # unshare(1) ignores SIGTERM
+    finally:
+        touched = cage.finish() if cage else []
+    if rc == ENTER_FAILED and not (run_dir / "status.json").exists():
+        raise RuntimeError(f"the submission's cage could not be built: see {private / 'executor.log'}")
     fb["execute_s"] = round(time.perf_counter() - t1, 2)
     try:
-        report = json.loads((private / "status.json").read_text())
+        report = json.loads((run_dir / "status.json").read_text())
     except (OSError, json.JSONDecodeError):
         report = {"cells": [], "error": f"executor ended without a report (exit {rc}{', killed' if killed else ''})"}
     report["executor_exit"] = rc
     fb["execution"] = _summarise(report)
-    if sandbox.fingerprint(protect) != before:
-        fb["status"] = "labkit-modified"
-        fb["notes"].append("files of the labkit package changed on disk while this submission ran; nothing "
-                           "is graded until labkit is restored (reinstall it) and the batch re-run")
-        fb["questions"] = _zero(lab, "not graded: labkit was modified on disk")
-        fb["complete"] = False
+    if (got := run_dir / "executed.ipynb").is_file() and not got.is_symlink():
+        shutil.copyfile(got, executed)
+    status, what, note = sandbox.tamper_verdict(cage is not None, touched,
+                                                sandbox.changed(before, sandbox.file_hashes(protect)), report)
+    if status:
+        fb.update(status=status, complete=status == "tampered", tampered=what,
+                  questions=_zero(lab, f"not graded: {status}"))
+        fb["notes"].append(note)
         return fb
     t1 = time.perf_counter()
     results = _checks(lab, work / "work", private, cfg, submitted=sub)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 STATE = ".labkit-course.json"
+MANIFEST = ".labkit-release.json"     # what `labkit release` wrote into a folder (install_release)
 _SKIP = {"__pycache__", ".ipynb_checkpoints"}
 
 
@@ -165,7 +166,7 @@ def sync_copy(tree, dest) -> SyncReport:
     except (OSError, ValueError, AttributeError):
         delivered = {}
     rep = SyncReport(dest)
-    for src in sorted(p for p in tree.rglob("*") if p.is_file() and p.name != STATE):
+    for src in sorted(p for p in tree.rglob("*") if p.is_file() and p.name not in (STATE, MANIFEST)):
         rel = str(src.relative_to(tree))
         target = dest / rel
         new = _digest(src)
@@ -205,3 +206,88 @@ def working_copy(dest, *, tree=None) -> SyncReport:
         return sync_copy(tree, dest)
     with tempfile.TemporaryDirectory(prefix="labkit-course-") as tmp:
         return sync_copy(release_course(Path(tmp) / "course"), dest)
+
+
+# ---------------------------------------------------------------- what a release may write onto
+
+
+def instructor_roots(*extra) -> list[Path]:
+    """The folders no release may write into: every course lab's source folder (solutions, hidden checks),
+    the course's ``chapters/`` and ``labs/`` folders, and ``extra`` (the lab being released)."""
+    from labkit import course
+    from labkit.paths import repo_root
+
+    root = repo_root()
+    dirs = [(root / e.path).parent for e in course.notebooks(kind="lab")]
+    dirs += [root / "chapters", root / "labs", *map(Path, extra)]
+    return sorted({d.resolve() for d in dirs})
+
+
+def refuse_instructor_target(dest, *, option: str, extra=()) -> None:
+    """ValueError naming ``option`` when ``dest`` is, or is inside, an instructor folder
+    (:func:`instructor_roots`) or holds one (``--course-tree`` onto the checkout itself)."""
+    dest = Path(dest).resolve()
+    for d in instructor_roots(*extra):
+        if dest == d or d in dest.parents or dest in d.parents:
+            raise ValueError(f"{option} {dest}: {'is' if dest == d else 'overlaps'} the instructor's {d} (sources "
+                             "with solutions and hidden checks); give a folder outside it, e.g. build/release")
+
+
+def refuse_checkout(tree, *, option: str = "--from") -> None:
+    """``--course-tree``'s check applied to a tree a working copy is made from: ValueError when ``tree`` is
+    a checkout (``.git``, ``.venv``, ``pyproject.toml``, a ``labkit`` package) or holds solution or
+    hidden-check code (:func:`leaks`)."""
+    tree = Path(tree)
+    if not tree.is_dir():
+        raise FileNotFoundError(f"{option} {tree}: no such folder (labkit release --course-tree makes one)")
+    marks = [n for n in (".git", ".venv", "pyproject.toml", "labkit/__init__.py") if (tree / n).exists()]
+    if marks:
+        raise ValueError(f"{option} {tree}: this is a checkout ({', '.join(marks)}), not a released course tree: "
+                         "it holds the instructor's solutions; make one with labkit release --course-tree DIR")
+    found = leaks(tree)
+    if found:
+        raise ValueError(f"{option} {tree}: not a released course tree, it holds solution or hidden-check code: "
+                         f"{found[:3]}")
+
+
+def install_release(staged, out) -> list[str]:
+    """Copy the files of ``staged`` (a fresh release in a temporary folder) into ``out``; returns what was
+    written. Refuses (ValueError, nothing written) to overwrite a file this command did not write: a file
+    whose bytes differ from the new ones is overwritten only when ``out/.labkit-release.json`` records that a
+    release wrote exactly those bytes; never through a symlink."""
+    staged, out = Path(staged), Path(out)
+    state = out / MANIFEST
+    try:
+        wrote = json.loads(state.read_text()).get("files", {}) if state.is_file() else {}
+    except (OSError, ValueError, AttributeError):
+        wrote = {}
+    plan, refused = [], []
+    for src in sorted(p for p in staged.rglob("*") if p.is_file()):
+        rel = str(src.relative_to(staged))
+        target = out / rel
+        if any(q.is_symlink() for q in [target, *target.parents] if q != out and out in q.parents):
+            refused.append(f"{target} (a symbolic link)")
+        elif target.exists() and not target.is_file():
+            refused.append(f"{target} (not a file)")
+        elif target.is_file() and target.read_bytes() != src.read_bytes() \
+                and hashlib.sha256(target.read_bytes()).hexdigest() != wrote.get(rel):
+            refused.append(f"{target} (not written by labkit release, or edited since)")
+        else:
+            plan.append((src, target, rel))
+    if refused:
+        raise ValueError(f"labkit release would overwrite {len(refused)} file(s) it did not write: "
+                         f"{'; '.join(refused[:3])}; move them away or choose another --out")
+    for src, target, rel in plan:
+        for d in reversed([target.parent, *target.parent.parents]):
+            if not d.exists():           # folders it makes are world-readable too, whatever the umask
+                d.mkdir()
+                os.chmod(d, 0o755)
+        shutil.copyfile(src, target)
+        os.chmod(target, 0o644)
+        wrote[rel] = hashlib.sha256(src.read_bytes()).hexdigest()
+    from labkit.record import atomic_write_text
+
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(state, json.dumps({"files": wrote}, indent=1, sort_keys=True))
+    os.chmod(state, 0o644)
+    return [rel for _, _, rel in plan]

@@ -171,15 +171,39 @@ def die_with_grader(grader_pid: int | None, poll_s: float = 0.5) -> None:
     threading.Thread(target=orphaned, daemon=True).start()
 
 
+CAUGHT = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGTSTP")
+
+
+def _signals_are_tampering(report: dict, status: str) -> None:
+    """In a cage (:mod:`labkit.grading.isolation`) this process is the PID namespace's init: nothing outside
+    signals it (the grader ends the cage with SIGKILL, which init cannot catch), and from inside only the
+    signals it handles reach it (``pid_namespaces(7)``). So a caught signal came from the submission, aimed at
+    the grader: recorded (``report["signalled"]``), the run ended, the report written."""
+    from labkit.record import atomic_write_text
+
+    def caught(signum, _frame):
+        report["signalled"] = signal.Signals(signum).name
+        report["stopped"] = f"the submission sent {signal.Signals(signum).name} to the grader's executor"
+        sandbox.kill_tree(os.getpid(), include_self=False)
+        atomic_write_text(status, json.dumps(report, indent=1))
+        os._exit(4)
+
+    for name in CAUGHT:
+        signal.signal(getattr(signal, name), caught)
+
+
 def run(spec: dict) -> dict:
     """Execute ``spec["input"]`` into ``spec["output"]``; return the report (also written to ``spec["status"]``)."""
-    die_with_grader(spec.get("grader_pid"))   # first: before the seconds papermill takes to import
+    if not spec.get("caged"):
+        die_with_grader(spec.get("grader_pid"))   # first: before the seconds papermill takes to import
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
     report = {"cells": [], "kernel_started": False, "kernel_died": False, "deadline_hit": False,
               "stopped": None, "output_dropped_bytes": 0, "error": None, "subreaper": sandbox.become_subreaper()}
     me = os.getpid()
+    if spec.get("caged"):
+        _signals_are_tampering(report, spec["status"])
 
     def deadline():
         report["deadline_hit"] = True

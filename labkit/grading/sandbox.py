@@ -13,7 +13,9 @@
 - :func:`die_with_parent`: ``prctl(PR_SET_PDEATHSIG)`` in a child, so the executor and checker get SIGTERM
   when the grader dies (even by ``kill -9``); the executor then kills its kernel and ranks and exits.
 - :func:`kill_tree`: SIGKILL a process and all its descendants (psutil).
-- :func:`fingerprint`: a hash of the files a submission must not change on disk (the labkit package).
+- :func:`file_hashes`/:func:`changed`: what a submission must leave byte-identical on disk (the labkit package,
+  the lab's folder), compared before and after; :func:`cage_roots`: what a caged submission sees through an
+  overlay (:mod:`labkit.grading.isolation`).
 
 Taught in the instructor notes of the labs (``labkit grade --help``).
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import signal
 from dataclasses import dataclass, field
@@ -57,12 +60,37 @@ class Limits:
     def __post_init__(self):
         for name in ("notebook_s", "cell_s", "output_mb"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or v <= 0:
-                raise ValueError(f"Limits.{name}={v!r}; must be a number > 0")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"Limits.{name}={v!r}; must be a finite number > 0")
         for name in ("cpu_s", "fsize_mb", "memory_mb"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or v <= 0):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
                 raise ValueError(f"Limits.{name}={v!r}; must be a positive integer or None")
+
+    def within_inherited(self) -> tuple[Limits, list[str]]:
+        """These limits clamped to the hard rlimits this process inherited (``ulimit -v``, ``ulimit -f``):
+        an unprivileged process cannot raise a hard limit (``setrlimit(2)``: EPERM), so asking for 8 GiB
+        under ``ulimit -v 4000000`` would fail every submission in ``preexec_fn``. Returns the limits to
+        apply and one note per limit lowered."""
+        import resource
+
+        changes, notes = {}, []
+        for name, res, flag in (("memory_mb", resource.RLIMIT_AS, "ulimit -v"),
+                                ("fsize_mb", resource.RLIMIT_FSIZE, "ulimit -f")):
+            hard = resource.getrlimit(res)[1]
+            if hard == resource.RLIM_INFINITY:
+                continue
+            cap = max(1, hard // 2**20)
+            want = getattr(self, name)
+            if want is None or want > cap:
+                changes[name] = cap
+                notes.append(f"{name}={want} MiB is above the inherited hard limit ({flag}: {hard:,} bytes); "
+                             f"submissions run under {cap} MiB")
+        if not changes:
+            return self, []
+        import dataclasses
+
+        return dataclasses.replace(self, **changes), notes
 
     def preexec(self, parent_death: int | None = signal.SIGTERM):
         """A ``preexec_fn`` that applies the file and memory rlimits in the child (new session: own process
@@ -72,13 +100,18 @@ class Limits:
         import resource  # imported here, in the parent: importing between fork and exec can deadlock
 
         fsize, mem = self.fsize_mb, self.memory_mb
+        inf = resource.RLIM_INFINITY   # never ask for more than the hard limit inherited (within_inherited)
+        fsize_hard, mem_hard = (h if h != inf else 2**63 - 1 for _, h in
+                                (resource.getrlimit(resource.RLIMIT_FSIZE), resource.getrlimit(resource.RLIMIT_AS)))
         on_death = die_with_parent(parent_death) if parent_death else None
 
         def apply():  # runs in the child between fork and exec: no imports, no locks
             if fsize:
-                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize * 2**20, fsize * 2**20))
+                f = min(fsize * 2**20, fsize_hard)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (f, f))
             if mem:
-                resource.setrlimit(resource.RLIMIT_AS, (mem * 2**20, mem * 2**20))
+                m = min(mem * 2**20, mem_hard)
+                resource.setrlimit(resource.RLIMIT_AS, (m, m))
             signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
             if on_death:
                 on_death()
@@ -186,31 +219,83 @@ def kill_tree(pid: int, *, include_self: bool = True) -> int:
     return n
 
 
-def fingerprint(paths) -> str:
-    """SHA-256 over the names and bytes of every ``.py`` file under ``paths`` (tamper detection)."""
-    h = hashlib.sha256()
+def file_hashes(paths) -> dict[str, str]:
+    """SHA-256 of every file under ``paths`` (notebooks, hidden checks, code, data; not ``__pycache__``), by
+    path: what a submission must leave byte-identical, compared before and after its run."""
+    out = {}
     for root in paths:
         root = Path(root)
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in (".py", ".toml"))
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink())
         for p in files:
             if "__pycache__" in p.parts:
                 continue
-            h.update(str(p).encode())
             try:
-                h.update(p.read_bytes())
+                out[str(p)] = "link:" + os.readlink(p) if p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
             except OSError:
-                h.update(b"<unreadable>")
-    return h.hexdigest()
+                out[str(p)] = "<unreadable>"
+    return out
+
+
+def changed(before: dict, after: dict) -> list[str]:
+    """The files written, created or deleted between two :func:`file_hashes`."""
+    return sorted([f"changed {p}" for p in before if p in after and after[p] != before[p]]
+                  + [f"deleted or renamed {p}" for p in before if p not in after]
+                  + [f"created {p}" for p in after if p not in before])
+
+
+def fingerprint(paths) -> str:
+    """SHA-256 over the names and bytes of every file under ``paths`` (:func:`file_hashes`)."""
+    return hashlib.sha256(repr(sorted(file_hashes(paths).items())).encode()).hexdigest()
+
+
+def tamper_verdict(caged: bool, touched: list, on_disk: list, report: dict) -> tuple[str | None, list, str]:
+    """(status or None, what was done, the note) after a run. ``touched``: what a caged run changed behind
+    its overlay (never on disk); ``on_disk``: :func:`changed` of the protected files on disk. A change on
+    disk is ``labkit-modified`` — a grader-side state, nothing graded until the files are restored and the
+    batch re-run (uncaged, the submission may have made it; caged, it cannot have: someone edited labkit or
+    the lab meanwhile). A write, deletion or rename behind the overlay, or a signal aimed at the grader
+    (``report["signalled"]``), is ``tampered``: this submission scores 0, everyone else is graded as usual."""
+    if on_disk:
+        who = "by someone else (the submission ran caged)" if caged else "while this submission ran"
+        return "labkit-modified", on_disk[:5], (
+            f"files of labkit or the lab changed on disk {who}: {'; '.join(on_disk[:5])}; nothing is graded "
+            "until they are restored (reinstall labkit) and the batch re-run")
+    what = touched[:5] + ([f"sent {report['signalled']} to the grader"] if report.get("signalled") else [])
+    if not what:
+        return None, [], ""
+    return "tampered", what, (f"tampered: {'; '.join(what)} ({'the submission ran in a cage: ' if caged else ''}"
+                              "the instructor's files and the grader are unchanged; only this submission's grade "
+                              "is affected)")
 
 
 def default_protected() -> list[Path]:
-    """What a submission must not modify on disk: the code the grader trusts — ``labkit.grading`` and
-    ``labkit.record`` (add more with ``GradeConfig.protect``). A tripwire, not a wall: on a shared hub,
-    run the grader as a user the learners' kernels cannot write for."""
+    """What a submission must not modify on disk, hashed before and after each run: the labkit package (the
+    grader's own code; add more with ``GradeConfig.protect``). The lab's folder is always added; where
+    submissions are caged (:mod:`labkit.grading.isolation`) the checkout, the grading output and the Python
+    environment are behind an overlay as well."""
     import labkit
 
-    pkg = Path(labkit.__file__).resolve().parent
-    return [pkg / "grading", pkg / "record.py"]
+    return [Path(labkit.__file__).resolve().parent]
+
+
+def cage_roots(lab_dir: Path, out: Path, extra=()) -> list[Path]:
+    """The folders a caged submission sees through an overlay: the course checkout (where there is one), the
+    labkit package, the lab's folder, the grading output (gradebook, feedback, everyone's work), the Python
+    environment (a virtual environment only: never the system's), and ``extra``."""
+    import sys
+
+    import labkit
+
+    roots = [Path(labkit.__file__).resolve().parent, lab_dir, out, *map(Path, extra)]
+    try:
+        from labkit.paths import repo_root
+
+        roots.append(repo_root())
+    except FileNotFoundError:
+        pass
+    if sys.prefix != sys.base_prefix:
+        roots.append(Path(sys.prefix))
+    return roots
 
 
 def env_for_submission(work: Path, base: dict | None = None) -> dict:
