@@ -129,7 +129,7 @@ def chunk_ids(rank: int, cp: int, balanced: bool = True) -> tuple[int, int]:
     Taught in chapter 26."""
     cp = checks.count("cp", cp)
     checks.count("rank", rank, at_least=0, at_most=cp - 1)
-    return (rank, 2 * cp - 1 - rank) if balanced else (2 * rank, 2 * rank + 1)
+    return (rank, 2 * cp - 1 - rank) if checks.flag("balanced", balanced) else (2 * rank, 2 * rank + 1)
 
 
 def positions(seq_len: int, cp: int, rank: int, balanced: bool = True):

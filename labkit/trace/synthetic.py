@@ -82,6 +82,8 @@ class SyntheticSpec:
     def __post_init__(self):
         for name in ("world_size", "steps", "kernels_per_step"):
             checks.count(name, getattr(self, name))
+        for name in ("data_wait", "comm_args"):
+            checks.flag(name, getattr(self, name))
         for name in ("compute_us", "comm_us", "hidden_us", "memcpy_us", "host_wait_us", "other_idle_us",
                      "straggler_us"):
             checks.nonneg(name, getattr(self, name))
