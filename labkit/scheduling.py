@@ -88,9 +88,9 @@ class ClusterResult:
 def jobs(seed: int, hours: float, arrivals_per_h: float, max_gpus: int, mean_job_h: float) -> list:
     """The seeded job stream (SYNTHETIC): Poisson arrivals, power-of-two sizes, log-normal durations.
     Taught in chapter 27."""
-    checks.count("seed", seed, at_least=0)
+    seed = checks.count("seed", seed, at_least=0)
     hours = checks.number("hours", hours, low=0, low_open=True, high=MAX_HOURS)
-    arrivals_per_h = checks.positive("arrivals_per_h", arrivals_per_h)
+    arrivals_per_h = checks.number("arrivals_per_h", arrivals_per_h, low=1e-6)     # below: no job in 10⁶ h
     checks.count("max_gpus", max_gpus)
     if max_gpus & (max_gpus - 1):
         raise ValueError(f"max_gpus={max_gpus} is not valid: use a power of two (jobs ask for 1, 2, 4 … GPUs)")
@@ -127,9 +127,9 @@ def simulate(*, nodes: int = 16, gpus_per_node: int = 8, hours: float = 72, arri
     checks.count("nodes", nodes, at_most=100_000)
     checks.count("gpus_per_node", gpus_per_node, at_most=1024)
     checks.number("hours", hours, low=0, low_open=True, high=MAX_HOURS)
-    checks.positive("arrivals_per_h", arrivals_per_h)
+    checks.number("arrivals_per_h", arrivals_per_h, low=1e-6)
     checks.count("max_gpus", max_gpus)
-    checks.count("seed", seed, at_least=0)
+    seed = checks.count("seed", seed, at_least=0)
     if max_gpus & (max_gpus - 1) or max_gpus > nodes * gpus_per_node:
         raise ValueError(f"max_gpus={max_gpus} is not valid: use a power of two ≤ the cluster's "
                          f"{nodes * gpus_per_node} GPUs")

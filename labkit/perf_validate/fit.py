@@ -138,6 +138,11 @@ def line_fit(who: str, name: str, sizes, cost_s) -> tuple:
     chapters 20 and 24."""
     import numpy as np
 
+    for what, seq in ((name, sizes), ("cost_s", cost_s)):
+        if isinstance(seq, (str, bytes)) or not hasattr(seq, "__iter__") or isinstance(seq, dict):
+            raise checks.ArgumentTypeError(f"{what} must be a sequence of numbers, got {type(seq).__name__} "
+                                           f"{checks.short_repr(seq)}")
+    sizes, cost_s = list(sizes), list(cost_s)
     x = [checks.positive(name, v) for v in sizes]
     y = [checks.number("cost_s", c) for c in cost_s]
     if len(x) != len(y) or len(set(x)) < 2:
@@ -160,8 +165,14 @@ def fit_unit_cycle(unit_bytes, cost_s, nranks: int, *, one_rank_s=(), n_rank_s=(
     """Least-squares line cost = a + b·bytes through the per-unit cycle costs measured at ``unit_bytes``
     (at least two distinct sizes). Taught in chapter 20."""
     a, b, x, y = line_fit("fit_unit_cycle", "unit_bytes", unit_bytes, cost_s)
+    held = {}
+    for name, seq in (("one_rank_s", one_rank_s), ("n_rank_s", n_rank_s)):
+        if isinstance(seq, (str, bytes, dict)) or not hasattr(seq, "__iter__"):
+            raise checks.ArgumentTypeError(f"{name} must be a sequence of seconds, got {type(seq).__name__} "
+                                           f"{checks.short_repr(seq)}")
+        held[name] = tuple(checks.nonneg(name, v) for v in seq)
     return UnitCycle(nranks=checks.count("nranks", nranks), alpha_s=float(a), beta_s_per_byte=float(b),
-                     unit_bytes=tuple(x), cost_s=tuple(y), one_rank_s=tuple(one_rank_s), n_rank_s=tuple(n_rank_s))
+                     unit_bytes=tuple(x), cost_s=tuple(y), **held)
 
 
 def _synthetic_units(unit_bytes: float, n_units: int, layers: int = _LAYERS_PER_UNIT):
