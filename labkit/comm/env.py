@@ -294,11 +294,11 @@ def check_env(env: Mapping | str | None = None, *, template: bool = False) -> li
             if not isinstance(k, str) or not _NAME.match(k):
                 raise ValueError(f"check_env: {k!r} is not an environment variable name")
             if v is not None and not isinstance(v, str):
-                raise TypeError(f"check_env: the value of {k} must be a str or None, got {type(v).__name__}")
+                raise checks.ArgumentTypeError(f"check_env: the value of {k} must be a str or None, got {type(v).__name__}")
             if k.startswith(PREFIXES):
                 pairs.append((k, v))
     else:
-        raise TypeError(f"env must be a mapping, pasted text or None, got {type(env).__name__}")
+        raise checks.ArgumentTypeError(f"env must be a mapping, pasted text or None, got {type(env).__name__}")
     findings = [_finding(k, v) for k, v in pairs]
     return sorted(findings, key=lambda f: (VERDICTS.index(f.verdict), f.name))
 
