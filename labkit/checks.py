@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import stat
 
 __all__ = ["ArgumentTypeError", "number", "positive", "nonneg", "count", "whole", "fraction", "one_of", "flag",
-           "finite_result", "MAX_LINE", "long_line"]
+           "finite_result", "MAX_LINE", "long_line", "special_file", "refuse_special"]
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -154,3 +156,29 @@ def long_line(lineno: int, line: str, what: str) -> str | None:
         return None
     return (f"line {lineno} is {len(line):,} characters long, longer than any real {what} line "
             f"(at most {MAX_LINE:,} are read); is this the right file?")
+
+
+_SPECIAL = ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISCHR, "character device"),
+            (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
+
+
+def special_file(path) -> str | None:
+    """What kind of special file ``path`` names ("FIFO (named pipe)", "character device", …), None for a
+    regular file, a folder or a path that does not exist. ``os.stat`` never blocks, even on a FIFO with no
+    writer (``open`` would wait for one for ever)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):      # missing, unreadable, a NUL in the name: the reader says so itself
+        return None
+    return next((kind for test, kind in _SPECIAL if test(mode)), None)
+
+
+def refuse_special(what: str, path) -> None:
+    """The one check every labkit reader makes before opening a user's path: a FIFO, a device or a
+    socket is refused with a ValueError naming it (a FIFO with no writer blocks ``open`` for ever,
+    ``/dev/zero`` never ends, ``/dev/stdin`` waits on a terminal). A missing path or a folder passes:
+    the reader names those in its own words. Taught in chapter 9 (reading a trace one trusts)."""
+    kind = special_file(path)
+    if kind is not None:
+        raise ValueError(f"{what} {os.fspath(path)} is a {kind}, not a regular file: labkit reads only regular "
+                         "files (save the stream to a file first, or use '-' for stdin where the command takes it)")

@@ -377,10 +377,10 @@ def graph_step_us(n_kernels: int, kernel_us: float, launch_us: float, *, graphed
     kernel (Python, dispatcher, launch) and kernel i starts when its launch is done and kernel i−1 has
     finished (+ ``gap_us``); graphed: one ``graph_launch_us`` replay, then the kernels back to back
     (+ ``gap_us``). Launch-bound (launch_us > kernel_us + gap_us): eager ≈ n·launch_us. Chapter 17."""
-    n = checks.count("n_kernels", n_kernels)
+    n = checks.count("n_kernels", n_kernels, at_most=10**6)     # a step of a million kernels: the loop's cap
     k, lu = checks.positive("kernel_us", kernel_us), checks.nonneg("launch_us", launch_us)
     g, gap = checks.nonneg("graph_launch_us", graph_launch_us), checks.nonneg("gap_us", gap_us)
-    if graphed:
+    if checks.flag("graphed", graphed):
         return g + n * k + (n - 1) * gap
     end = 0.0
     for i in range(n):

@@ -39,10 +39,11 @@ def load_imbalance(counts) -> float:
     """max / mean of ``counts`` (tokens routed to each expert in one step, one MoE layer): 1.0 is perfectly
     balanced, ``len(counts)`` is every token on one expert. Taught in chapter 26."""
     c = _vector("counts", counts)
-    total = sum(c)
-    if total <= 0:
+    top = max(c)
+    if top <= 0:
         raise ValueError(f"counts={list(counts)!r} has no tokens: load imbalance needs at least one routed token")
-    return max(c) / (total / len(c))
+    # max / mean = n / Σ(cᵢ / max): each term ≤ 1, so no sum overflows (Σ of [1e308, 1e308] is inf: it gave 0.0)
+    return len(c) / math.fsum(v / top for v in c)
 
 
 def balance_loss(fractions, probs) -> float:

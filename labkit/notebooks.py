@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from labkit.checks import refuse_special
 from labkit.paths import repo_root
 from labkit.record import atomic_write_text
 
@@ -92,6 +93,7 @@ def run(path: str | os.PathLike, *, params: dict | None = None, out: str | os.Pa
 def has_checked_outputs(path: str | os.PathLike) -> bool:
     """Whether a code cell of the notebook opens with ``# NBVAL_CHECK_OUTPUT`` (what ``--nbval-lax`` compares):
     a notebook without one gains nothing from nbval's second execution — papermill already ran it."""
+    refuse_special("notebook", path)
     nb = json.loads(Path(path).read_text())
     return any(c.get("cell_type") == "code" and "".join(c.get("source", "")).lstrip().startswith(
         "# NBVAL_CHECK_OUTPUT") for c in nb.get("cells", []))

@@ -335,6 +335,7 @@ class RunRecord:
     def load(cls, path: str | os.PathLike) -> RunRecord:
         """Read and validate a saved record; every error names the file (and the field)."""
         path = _path("path", path)
+        checks.refuse_special("run record file", path)
         if not path.is_file():
             raise FileNotFoundError(f"run record file {path} does not exist")
         try:        # ValueError: invalid JSON or UTF-8, an int of > 4300 digits; RecursionError: absurd nesting

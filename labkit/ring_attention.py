@@ -124,12 +124,16 @@ def ring_attention(q, k, v, pos, group, *, chunks: int = 2, log: list | None = N
     return torch.cat([a / d for a, d in zip(acc, den, strict=True)], dim=2) + 0.0 * kv.sum()
 
 
+#: The largest context-parallel group these helpers take (chunk_pairs lists 2·cp chunks per rank: cp² work)
+MAX_CP = 4096
+
+
 def chunk_ids(rank: int, cp: int, balanced: bool = True) -> tuple[int, int]:
     """The two of the 2·cp sequence chunks rank ``rank`` holds: (r, 2cp−1−r) balanced, (2r, 2r+1) contiguous.
     Taught in chapter 26."""
-    cp = checks.count("cp", cp)
-    checks.count("rank", rank, at_least=0, at_most=cp - 1)
-    return (rank, 2 * cp - 1 - rank) if balanced else (2 * rank, 2 * rank + 1)
+    cp = checks.count("cp", cp, at_most=MAX_CP)
+    rank = checks.count("rank", rank, at_least=0, at_most=cp - 1)
+    return (rank, 2 * cp - 1 - rank) if checks.flag("balanced", balanced) else (2 * rank, 2 * rank + 1)
 
 
 def positions(seq_len: int, cp: int, rank: int, balanced: bool = True):

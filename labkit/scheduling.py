@@ -29,6 +29,10 @@ from dataclasses import dataclass, field
 from labkit import checks
 
 POLICIES = ("fifo", "backfill")
+#: The simulation's caps (each minute scans the queue, so the work grows with hours × queued jobs): 90 days
+#: of minute steps, and 10,000 expected arrivals (chapter 27's run: 72 h × 6/h ≈ 430 jobs, in 0.03 s)
+MAX_HOURS = 24 * 90
+MAX_JOBS = 10_000
 
 
 @dataclass
@@ -82,7 +86,18 @@ class ClusterResult:
 
 
 def jobs(seed: int, hours: float, arrivals_per_h: float, max_gpus: int, mean_job_h: float) -> list:
-    """The seeded job stream (SYNTHETIC): Poisson arrivals, power-of-two sizes, log-normal durations."""
+    """The seeded job stream (SYNTHETIC): Poisson arrivals, power-of-two sizes, log-normal durations.
+    Taught in chapter 27."""
+    seed = checks.count("seed", seed, at_least=0)
+    hours = checks.number("hours", hours, low=0, low_open=True, high=MAX_HOURS)
+    arrivals_per_h = checks.number("arrivals_per_h", arrivals_per_h, low=1e-6)     # below: no job in 10⁶ h
+    checks.count("max_gpus", max_gpus)
+    if max_gpus & (max_gpus - 1):
+        raise ValueError(f"max_gpus={max_gpus} is not valid: use a power of two (jobs ask for 1, 2, 4 … GPUs)")
+    mean_job_h = checks.number("mean_job_h", mean_job_h, low=1 / 60, high=MAX_HOURS)
+    if hours * arrivals_per_h > MAX_JOBS:
+        raise ValueError(f"hours={hours:g} × arrivals_per_h={arrivals_per_h:g} = {hours * arrivals_per_h:,.0f} "
+                         f"expected jobs: the simulation takes at most {MAX_JOBS:,} (lower either)")
     rng = random.Random(seed)
     sizes = [2 ** k for k in range(int(math.log2(max_gpus)) + 1)]
     out, t = [], 0.0
@@ -109,11 +124,12 @@ def simulate(*, nodes: int = 16, gpus_per_node: int = 8, hours: float = 72, arri
              checkpoint_every_min: int = 60, restart_min: int = 10, seed: int = 0) -> ClusterResult:
     """Run the queue for ``hours`` (minute steps) and account every GPU-minute; see the module docstring.
     Taught in chapter 27."""
-    checks.count("nodes", nodes)
-    checks.count("gpus_per_node", gpus_per_node)
-    checks.positive("hours", hours)
-    checks.positive("arrivals_per_h", arrivals_per_h)
+    checks.count("nodes", nodes, at_most=100_000)
+    checks.count("gpus_per_node", gpus_per_node, at_most=1024)
+    checks.number("hours", hours, low=0, low_open=True, high=MAX_HOURS)
+    checks.number("arrivals_per_h", arrivals_per_h, low=1e-6)
     checks.count("max_gpus", max_gpus)
+    seed = checks.count("seed", seed, at_least=0)
     if max_gpus & (max_gpus - 1) or max_gpus > nodes * gpus_per_node:
         raise ValueError(f"max_gpus={max_gpus} is not valid: use a power of two ≤ the cluster's "
                          f"{nodes * gpus_per_node} GPUs")
@@ -134,14 +150,19 @@ def simulate(*, nodes: int = 16, gpus_per_node: int = 8, hours: float = 72, arri
         while nxt < len(stream) and stream[nxt].arrival <= t:
             queue.append(stream[nxt])
             nxt += 1
+        room, most = sum(free), max(free)
         for job in list(queue):                           # start what fits, in the policy's order
-            where = _place(free, job.gpus, gpus_per_node)
+            if not room:
+                break
+            fits_now = job.gpus <= room and (job.gpus > gpus_per_node or job.gpus <= most)
+            where = _place(free, job.gpus, gpus_per_node) if fits_now else None
             if where is None:
                 if policy == "fifo":
                     break
                 continue
             for i, g in where:
                 free[i] -= g
+            room, most = sum(free), max(free)
             job.placed = where
             if job.start is None:
                 job.start = t

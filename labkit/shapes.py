@@ -48,6 +48,7 @@ def _config_dict(cfg) -> dict:
                              "transformers config")
         if path.is_dir():
             path = path / "config.json"
+        checks.refuse_special(f"cfg={os.fspath(cfg)!r}:", path)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:

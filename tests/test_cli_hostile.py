@@ -327,12 +327,18 @@ def test_every_path_argument_is_covered_or_listed():
                                   ["regress", "save", "x", "--samples", "/dev/zero", "--store", "{tmp}"]],
                          ids=["comm-parse", "regress-save"])
 def test_endless_input_is_refused_while_read(argv, tmp_path, capsys, monkeypatch):
-    """/dev/zero was read to the end (never): now the read stops at the input limit, one line."""
+    """/dev/zero was read to the end (never): a device is now refused before it is opened (issue #37,
+    checks.refuse_special), and a regular file past the input limit while it is read; one line each."""
     monkeypatch.setenv("LABKIT_MAX_INPUT_MB", "4")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "/dev/zero" in err and "limit of 4 MB" in err and "Traceback" not in err
+    assert err.count("\n") == 0 and "/dev/zero" in err and "character device" in err and "Traceback" not in err
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"1.0\n" * (5 * 2**20 // 4 + 1))
+    assert main([str(big) if a == "/dev/zero" else a for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "limit of 4 MB" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv,match", [

@@ -98,6 +98,9 @@ def read_bytes(path, what: str = "file") -> bytes:
             raise ValueError(f"{what} from stdin is empty")
         return data
     p = Path(path)
+    from labkit.checks import refuse_special
+
+    refuse_special(what, p)         # a FIFO would block the open for ever, a device never ends
     if not p.exists():
         raise ValueError(f"{what} {p} does not exist")
     if p.is_dir():

@@ -116,6 +116,8 @@ def handle(args) -> int:
         "WORLD_SIZE" in os.environ and "LABKIT_RUN_DIR" not in os.environ and "RANK" in os.environ)
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun else None
     model_par = max(1, args.tp) * max(1, args.pp)           # ranks per model replica (tp · pp)
+    if args.nprocs is not None and args.nprocs < 1:      # -n 0 is no rank count (it was read as "the default")
+        raise ValueError(f"--nprocs {args.nprocs} is not valid; use ≥ 1")
     nprocs = world or args.nprocs or max(default_nprocs(), model_par * max(1, args.cp))
     if nprocs < 1:
         raise ValueError(f"--nprocs {nprocs} is not valid; use ≥ 1")
@@ -149,6 +151,9 @@ def handle(args) -> int:
         from labkit.train.graphs import require_cuda
 
         require_cuda(resolve_device(cfg.device))
+    from labkit.train.launch import check_world
+
+    check_world(cfg, nprocs)       # ep, fail_rank, straggler_rank, ranks_per_node against the world: before any rank
     if under_torchrun:
         record = train(cfg)
         from labkit.launcher import shutdown_distributed

@@ -16,6 +16,7 @@ reads about half of the all_reduce busbw. The table says so.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -42,6 +43,20 @@ def default_sizes(min_bytes: int = 1024, max_bytes: int = 4 * 2**20, factor: int
         out.append(int(s))
         s *= factor
     return out
+
+
+def _fits_in_memory(size: int, nprocs: int, backend: str) -> None:
+    """Refuse before launching a size whose buffers cannot be allocated: each rank holds an input and an
+    output of ``size`` bytes (all on this host unless NCCL puts them on GPUs), so ``size × 2 × nprocs`` must
+    fit in the host's physical memory (``--max-bytes 1e30`` killed every rank with no message)."""
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):      # no sysconf: the ranks will say
+        return
+    need = size * (1 if backend == "nccl" else 2 * nprocs)
+    if need > ram:
+        raise ValueError(f"sizes: the largest, {size:,} bytes, needs {need / 2**30:,.1f} GiB of buffers on "
+                         f"{nprocs} rank(s); this machine has {ram / 2**30:,.1f} GiB: use a smaller max size")
 
 
 def _sync(device) -> None:
@@ -221,6 +236,7 @@ def benchmark(ops=("all_reduce",), sizes=None, nprocs: int = 2, *, iters: int = 
     sizes = list(sizes) if sizes is not None else default_sizes()
     if not sizes or any((not isinstance(s, (int, np.integer))) or s <= 0 for s in sizes):
         raise ValueError(f"sizes={sizes!r} must be positive integers (bytes)")
+    _fits_in_memory(max(int(s) for s in sizes), nprocs, backend)
     from labkit.launcher.parent import launch
 
     res = launch(bench_rank, nprocs, backend=backend, timeout_s=timeout_s,

@@ -123,6 +123,7 @@ def _key(cond: dict, dtype: str) -> str:
 
 def _load_all(path: Path | None = None) -> dict:
     path = path or cache_dir() / FILE
+    checks.refuse_special("calibration cache", path)
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:

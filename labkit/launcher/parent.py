@@ -78,9 +78,26 @@ def _resolve_target(target) -> tuple:
             spec = importlib.util.find_spec(mod)
             if spec is None:
                 raise ValueError(f"target={s!r}: module {mod!r} is not importable here")
+            _check_attribute(s, mod, qual)
             return ("func", mod, qual)
         raise ValueError(f"target={s!r}: expected a function, 'module:function' or a path to a .py script")
     raise TypeError(f"target must be a function, 'module:function' or a script path, got {type(target).__name__}")
+
+
+def _check_attribute(s: str, mod: str, qual: str) -> None:
+    """Refuse ``module:function`` whose function is missing or not callable before any rank starts (each
+    rank would import the module and die on the same AttributeError). The module is imported here once,
+    as every rank will import it anyway."""
+    try:
+        obj = importlib.import_module(mod)
+    except Exception as e:       # the module's own import error: the ranks would hit it too
+        raise ValueError(f"target={s!r}: importing module {mod!r} failed ({type(e).__name__}: {e})") from None
+    for part in qual.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"target={s!r}: module {mod!r} has no {qual!r} (no attribute {part!r})")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"target={s!r}: {mod}.{qual} is a {type(obj).__name__}, not a function")
 
 
 def _choose_backend(backend: str, nprocs: int) -> str:

@@ -115,6 +115,7 @@ def policy_costs(shape, micro_batch: int, *, policies=None, attention: str = "sd
 
     mshape = shape.shape() if hasattr(shape, "shape") and callable(shape.shape) else shape
     L = checks.count("shape.n_layers", shape.n_layers)
+    sequence_parallel = checks.flag("sequence_parallel", sequence_parallel)
     if policies is None:
         policies = ["none", "attention"] + [f"every:{k}" for k in (8, 4, 2) if k <= L] + ["full"]
     model = flops.model_flops_per_token(mshape)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from labkit.checks import refuse_special
+
 __all__ = ["NsysTimeline", "read_sqlite", "MEMCPY_KINDS", "NVTX_PUSHPOP", "NVTX_STARTEND"]
 
 # CUPTI_ActivityMemcpyKind (cupti_activity.h): the copyKind column of CUPTI_ACTIVITY_KIND_MEMCPY
@@ -60,6 +62,7 @@ def read_sqlite(path: str | Path) -> NsysTimeline:
     export (no ``StringIds``/kernel table) raises ValueError naming the file. Taught in chapter 10.
     """
     path = Path(path)
+    refuse_special("read_sqlite: file", path)
     if not path.is_file():
         raise FileNotFoundError(f"read_sqlite: no file {path}")
     try:

@@ -53,9 +53,11 @@ def synthesize_report(path: str | Path, *, seed: int = 0, steps: int = 4, layers
     step's data time is GPU idle time. The file carries ``META_DATA_EXPORT(SYNTHETIC=...)``.
     Taught in chapter 10.
     """
-    checks.count("steps", steps)
-    checks.count("layers", layers)
+    checks.count("seed", seed, at_least=0)
+    checks.count("steps", steps, at_most=10_000)
+    checks.count("layers", layers, at_most=1_000)
     checks.nonneg("data_ms", data_ms)
+    host_sync, pinned = checks.flag("host_sync", host_sync), checks.flag("pinned", pinned)
     rng = np.random.default_rng(seed)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

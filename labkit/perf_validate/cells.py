@@ -243,6 +243,8 @@ def calibrate_count(cal: Calibration, cfgs: dict, n: int, parallels=PARALLELS, *
     :func:`validate` measures them in its measuring launch), α–β per collective type and, with FSDP2, its
     unit cycle. Taught in chapter 24."""
     models, n = list(cfgs), checks.count("n", n, at_least=2)
+    _check_link_options(link_iters, link_stat, timeout_s)
+    rates = checks.flag("rates", rates)
     fsdp_ops = ("all_gather", "reduce_scatter") if "fsdp" in parallels else ()
     if rates:
         say(f"calibrating: {n} independent plain ranks computing at once, no communication")
@@ -267,6 +269,13 @@ def calibrate_count(cal: Calibration, cfgs: dict, n: int, parallels=PARALLELS, *
             cal.sources.append(line)
 
 
+def _check_link_options(link_iters, link_stat, timeout_s) -> None:
+    """The link sweep's options, checked before any launch (they were read only when the sweep ran)."""
+    checks.count("link_iters", link_iters, at_most=10_000)
+    checks.one_of("link_stat", link_stat, ("median", "p10"))
+    checks.positive("timeout_s", timeout_s)
+
+
 def calibrate(cfgs: dict, counts, parallels=PARALLELS, *, repeats: int = 3, threads_per_rank: int = 1,
               link_iters: int = 5, link_stat: str = "p10", timeout_s: float = 900, say=lambda line: None) -> Calibration:
     """Measure this machine's inputs for ``cfgs`` ({model: TrainConfig}) on each rank count in ``counts``:
@@ -274,9 +283,13 @@ def calibrate(cfgs: dict, counts, parallels=PARALLELS, *, repeats: int = 3, thre
     :func:`calibrate_count` per n > 1 (one launch of n independent plain ranks, one fitting all-reduce — with
     FSDP2 also all-gather and reduce-scatter — α–β and, with FSDP2, the two of :func:`fsdp_unit_cycle` on
     synthetic units). None is a run :func:`validate` predicts. Taught in chapter 24."""
+    _check_link_options(link_iters, link_stat, timeout_s)       # before the first launch, not ≈ 11 s after it
+    checks.count("repeats", repeats)
+    checks.count("threads_per_rank", threads_per_rank)
+    ns = sorted({checks.count("counts", c) for c in counts} - {1})
     cal = calibrate_one_rank(cfgs, parallels, repeats=repeats, threads_per_rank=threads_per_rank,
                              timeout_s=timeout_s, say=say)
-    for n in sorted({checks.count("counts", c) for c in counts} - {1}):
+    for n in ns:
         calibrate_count(cal, cfgs, n, parallels, repeats=repeats, link_iters=link_iters, link_stat=link_stat,
                         timeout_s=timeout_s, say=say)
     return cal
@@ -333,7 +346,12 @@ def validate(models=("tiny", "small"), parallels=PARALLELS, nranks=(1, 2, 4), *,
     from labkit.model_config import SIZES
     from labkit.train import TrainConfig
 
+    if progress is not None and not callable(progress):
+        raise checks.ArgumentTypeError(f"progress must be a callable such as print, or None; got "
+                                       f"{type(progress).__name__} {checks.short_repr(progress)}")
     say = progress or (lambda line: None)
+    _check_link_options(link_iters, "p10", timeout_s)          # before the first launch
+    checks.count("threads_per_rank", threads_per_rank)
     models = [checks.one_of("models", m, SIZES) for m in models]
     parallels = [checks.one_of("parallels", p, PARALLELS) for p in parallels]
     counts = sorted({checks.count("nranks", n) for n in nranks})

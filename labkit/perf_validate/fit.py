@@ -102,6 +102,9 @@ class UnitCycle:
     one_rank_s: tuple = ()
     n_rank_s: tuple = ()
 
+    def __post_init__(self):
+        _check_cycle(self)
+
     def cost(self, unit_bytes: float) -> float:
         """Seconds of one unit's cycle of ``unit_bytes`` (≥ 0: a negative fit at tiny sizes is clamped)."""
         return max(0.0, self.alpha_s + self.beta_s_per_byte * checks.positive("unit_bytes", unit_bytes))
@@ -112,27 +115,64 @@ class UnitCycle:
                 f"{self.beta_s_per_byte * 1e9:.3f} ns/B per unit and micro-batch (measured: {pts})")
 
 
+def _check_cycle(c) -> None:
+    """A fitted cycle's own invariants (:class:`UnitCycle`, ``tp_cycle.TPCycle``): a count of ranks, α and β
+    finite and ≥ 0 (:func:`line_fit` never fits below), a TP group that divides the ranks."""
+    who = type(c).__name__
+    object.__setattr__(c, "nranks", checks.count(f"{who}.nranks", c.nranks))
+    for name in ("alpha_s", "beta_s_per_byte"):
+        object.__setattr__(c, name, checks.nonneg(f"{who}.{name}", getattr(c, name)))
+    tp = getattr(c, "tp", None)
+    if tp is not None and tp != 0:
+        checks.count(f"{who}.tp", tp, at_least=2)
+        if tp > c.nranks or c.nranks % tp:
+            raise ValueError(f"{who}.tp={tp} is not valid on nranks={c.nranks}: a TP group must divide the ranks "
+                             f"(use one of {[d for d in range(2, c.nranks + 1) if c.nranks % d == 0]})")
+
+
 def line_fit(who: str, name: str, sizes, cost_s) -> tuple:
     """(a, b, sizes, costs) of the least-squares line cost = a + b·size through measured costs, checked: one cost
-    per size, at least two distinct sizes (the FSDP2 unit cycle and TP's block cycle fit the same way). Taught in
+    per size, at least two distinct sizes (the FSDP2 unit cycle and TP's block cycle fit the same way). a, b ≥ 0:
+    where the unconstrained line has a negative intercept or slope (noise at small sizes), the non-negative
+    least-squares line instead — a cost below 0, or one that falls with size, is no cost model. Taught in
     chapters 20 and 24."""
     import numpy as np
 
+    for what, seq in ((name, sizes), ("cost_s", cost_s)):
+        if isinstance(seq, (str, bytes)) or not hasattr(seq, "__iter__") or isinstance(seq, dict):
+            raise checks.ArgumentTypeError(f"{what} must be a sequence of numbers, got {type(seq).__name__} "
+                                           f"{checks.short_repr(seq)}")
+    sizes, cost_s = list(sizes), list(cost_s)
     x = [checks.positive(name, v) for v in sizes]
     y = [checks.number("cost_s", c) for c in cost_s]
     if len(x) != len(y) or len(set(x)) < 2:
         raise ValueError(f"{who} needs one cost per size and at least two distinct sizes, got "
                          f"{name}={list(sizes)} and cost_s={list(cost_s)}")
-    b, a = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)
-    return float(a), float(b), x, y
+    xs, ys = np.asarray(x, float), np.asarray(y, float)
+    b, a = np.polyfit(xs, ys, 1)
+    if a >= 0 and b >= 0:
+        return float(a), float(b), x, y
+    # A cost can neither be negative at size 0 nor fall as the size grows: the least-squares line under
+    # α, β ≥ 0 (non-negative least squares; with two parameters its optimum lies on an edge: α = 0 or β = 0).
+    # Refusing instead would fail every calibration whose smallest sizes cost ≈ 0 in noise (2 shared cores).
+    edges = [(0.0, max(0.0, float(xs @ ys / (xs @ xs)))), (max(0.0, float(ys.mean())), 0.0)]
+    a2, b2 = min(edges, key=lambda ab: float(((ab[0] + ab[1] * xs - ys) ** 2).sum()))
+    checks.finite_result(f"{who}'s fit", a2 + b2, sizes=list(sizes)[:4], cost_s=list(cost_s)[:4])
+    return a2, b2, x, y
 
 
 def fit_unit_cycle(unit_bytes, cost_s, nranks: int, *, one_rank_s=(), n_rank_s=()) -> UnitCycle:
     """Least-squares line cost = a + b·bytes through the per-unit cycle costs measured at ``unit_bytes``
     (at least two distinct sizes). Taught in chapter 20."""
     a, b, x, y = line_fit("fit_unit_cycle", "unit_bytes", unit_bytes, cost_s)
+    held = {}
+    for name, seq in (("one_rank_s", one_rank_s), ("n_rank_s", n_rank_s)):
+        if isinstance(seq, (str, bytes, dict)) or not hasattr(seq, "__iter__"):
+            raise checks.ArgumentTypeError(f"{name} must be a sequence of seconds, got {type(seq).__name__} "
+                                           f"{checks.short_repr(seq)}")
+        held[name] = tuple(checks.nonneg(name, v) for v in seq)
     return UnitCycle(nranks=checks.count("nranks", nranks), alpha_s=float(a), beta_s_per_byte=float(b),
-                     unit_bytes=tuple(x), cost_s=tuple(y), one_rank_s=tuple(one_rank_s), n_rank_s=tuple(n_rank_s))
+                     unit_bytes=tuple(x), cost_s=tuple(y), **held)
 
 
 def _synthetic_units(unit_bytes: float, n_units: int, layers: int = _LAYERS_PER_UNIT):

@@ -44,6 +44,28 @@ class PartTimes:
     n_layers: int
     block_tp_s: tuple = ()
 
+    def __post_init__(self):
+        """Each time finite and ≥ 0 (the block's > 0: it divides), ``n_layers`` a count, ``block_tp_s`` pairs of
+        (tp ≥ 2, seconds > 0): a negative embedding time made rank shares [1.055, −0.055]."""
+        for name in ("embed_s", "tail_s"):
+            object.__setattr__(self, name, checks.nonneg(f"PartTimes.{name}", getattr(self, name)))
+        object.__setattr__(self, "block_s", checks.positive("PartTimes.block_s", self.block_s))
+        object.__setattr__(self, "n_layers", checks.count("PartTimes.n_layers", self.n_layers, at_most=100_000))
+        try:
+            pairs = tuple(tuple(p) for p in self.block_tp_s)
+        except TypeError:
+            raise checks.ArgumentTypeError(f"PartTimes.block_tp_s must be ((tp, seconds), …), got "
+                                           f"{type(self.block_tp_s).__name__} {checks.short_repr(self.block_tp_s)}"
+                                           ) from None
+        if any(len(p) != 2 for p in pairs):
+            raise ValueError(f"PartTimes.block_tp_s={checks.short_repr(self.block_tp_s)} is not valid: use "
+                             "((tp, seconds), …) pairs")
+        object.__setattr__(self, "block_tp_s", tuple(
+            (checks.count("PartTimes.block_tp_s tp", t, at_least=2), checks.positive("PartTimes.block_tp_s seconds", x))
+            for t, x in pairs))
+        checks.finite_result("PartTimes.model_s", self.model_s, positive=True, embed_s=self.embed_s,
+                             block_s=self.block_s, tail_s=self.tail_s, n_layers=self.n_layers)
+
     def block_shard_s(self, tp: int) -> float:
         """One block's seconds on a rank of a ``tp``-way split: its measured local shard, else block_s / tp."""
         if tp == 1:

@@ -51,6 +51,13 @@ class TPCycle:
     tp: int = 0                   # ranks per TP group (0: all nranks)
     includes_all_reduces: bool = False    # True: measured on the GPT's own blocks, the all-reduces inside
 
+    def __post_init__(self):
+        from labkit.perf_validate.fit import _check_cycle
+
+        _check_cycle(self)
+        object.__setattr__(self, "includes_all_reduces",
+                           checks.flag("TPCycle.includes_all_reduces", self.includes_all_reduces))
+
     def cost(self, act_bytes: float) -> float:
         """Seconds per pair and micro-batch at ``act_bytes`` (≥ 0: a negative fit is clamped)."""
         return max(0.0, self.alpha_s + self.beta_s_per_byte * checks.positive("act_bytes", act_bytes))
@@ -81,7 +88,7 @@ def fit_tp_cycle(act_bytes, cost_s, nranks: int, *, tp: int | None = None,
     a, b, x, y = line_fit("fit_tp_cycle", "act_bytes", act_bytes, cost_s)
     return TPCycle(nranks=checks.count("nranks", nranks, at_least=2), alpha_s=float(a), beta_s_per_byte=float(b),
                    act_bytes=tuple(x), cost_s=tuple(y), tp=0 if tp is None else checks.count("tp", tp, at_least=2),
-                   includes_all_reduces=bool(includes_all_reduces))
+                   includes_all_reduces=checks.flag("includes_all_reduces", includes_all_reduces))
 
 
 def _block_cells(model_name: str, micro_batches: list, blocks: int, iters: int, warmup: int, tp: int) -> list:

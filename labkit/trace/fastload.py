@@ -25,6 +25,8 @@ import gzip
 import os
 from typing import Any
 
+from labkit.checks import refuse_special
+
 try:
     import msgspec
 except ImportError:  # pragma: no cover - msgspec is a dependency; the generic path stays tested
@@ -77,6 +79,7 @@ def read_bounded(p, max_bytes: int) -> bytes:
     Taught in chapter 9.
     """
     name = os.fspath(p)
+    refuse_special("trace file", p)
     if name.endswith(".gz"):
         isize = _gzip_isize(p)
         # the trailer says so, and deflate could (at most ~1032:1): refuse before inflating. A truncated
@@ -98,10 +101,18 @@ def read_bounded(p, max_bytes: int) -> bytes:
     if size > max_bytes:
         raise _too_big(p, max_bytes, f"is {size / 2**20:,.0f} MB,")
     with open(p, "rb") as f:
-        raw = f.read(max_bytes + 1)
-    if len(raw) > max_bytes:
-        raise _too_big(p, max_bytes, "holds")
-    return raw
+        # read(n) allocates n bytes up front: ask for what the file holds (+1 to see it grow), never the
+        # limit itself, so a 90-byte trace reads under a small ``ulimit -v`` (the limit is 2 GiB)
+        chunks, n = [], 0
+        while True:
+            b = f.read(min(max(size, 1) + 1 if n == 0 else _CHUNK, max_bytes + 1 - n))
+            if not b:
+                break
+            chunks.append(b)
+            n += len(b)
+            if n > max_bytes:
+                raise _too_big(p, max_bytes, "holds")
+    return b"".join(chunks)
 
 
 def _gzip_isize(p) -> int | None:

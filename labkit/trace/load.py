@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.checks import ArgumentTypeError
+from labkit.checks import ArgumentTypeError, refuse_special
 
 try:  # optional accelerator for large traces (a dependency of labkit; the stdlib path stays tested)
     import orjson
@@ -107,6 +107,7 @@ def trace_files(path) -> list[Path]:
         raise ValueError("path='' is not valid: name a trace file or a folder of traces (an empty path "
                          "would analyse the current folder)")
     p = Path(path)
+    refuse_special("trace path", p)
     if p.is_file():
         return [p]
     if p.is_dir():
@@ -152,6 +153,7 @@ def load(path, *, max_mb=None, max_events=None) -> dict:
 def _read(p: Path, max_bytes: int) -> bytes:
     from labkit.trace.fastload import read_bounded
 
+    refuse_special("trace file", p)
     if not p.is_file():
         raise FileNotFoundError(f"trace file {p} does not exist")
     try:

@@ -49,6 +49,12 @@ _COMPUTE_NAMES = (
 )
 
 
+#: The largest synthetic trace: 250k events per rank is ≈ 8,000 steps of 12 kernels (≈ 2 s and 180 MB to
+#: build on a 2-core machine); 1M in all keeps a whole set under ≈ 10 s and well under 1.5 GB.
+MAX_EVENTS_PER_RANK = 250_000
+MAX_EVENTS_TOTAL = 1_000_000
+
+
 @dataclass(frozen=True)
 class SyntheticSpec:
     """Parameters of a synthetic trace (µs per step unless named otherwise).
@@ -76,6 +82,8 @@ class SyntheticSpec:
     def __post_init__(self):
         for name in ("world_size", "steps", "kernels_per_step"):
             checks.count(name, getattr(self, name))
+        for name in ("data_wait", "comm_args"):
+            checks.flag(name, getattr(self, name))
         for name in ("compute_us", "comm_us", "hidden_us", "memcpy_us", "host_wait_us", "other_idle_us",
                      "straggler_us"):
             checks.nonneg(name, getattr(self, name))
@@ -84,6 +92,12 @@ class SyntheticSpec:
                              f"or comm_us={self.comm_us}")
         if self.nccl_names not in NCCL_NAMES:
             raise ValueError(f"nccl_names={self.nccl_names!r} is not valid; choose one of {sorted(NCCL_NAMES)}")
+        per_rank = self.steps * (2 * self.kernels_per_step + 6) + 3     # launches + kernels, comm, memcpy, step
+        if per_rank > MAX_EVENTS_PER_RANK or per_rank * self.world_size > MAX_EVENTS_TOTAL:
+            raise ValueError(f"steps={self.steps}, kernels_per_step={self.kernels_per_step}, world_size="
+                             f"{self.world_size} make {per_rank:,} events per rank ({per_rank * self.world_size:,} in "
+                             f"all): a synthetic trace holds at most {MAX_EVENTS_PER_RANK:,} per rank and "
+                             f"{MAX_EVENTS_TOTAL:,} in all (a profiler records a few steps, not millions)")
         if self.straggler_rank is not None and not 0 <= self.straggler_rank < self.world_size:
             raise ValueError(f"straggler_rank={self.straggler_rank} must be in [0, {self.world_size})")
 

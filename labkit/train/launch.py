@@ -9,6 +9,7 @@ Taught in chapter 4 (MFU), chapter 14 (baseline record), chapter 19/20 (DDP/FSDP
 """
 from __future__ import annotations
 
+from labkit import checks
 from labkit.record import RunRecord
 from labkit.train import report
 from labkit.train.config import TrainConfig
@@ -29,17 +30,42 @@ def _check(cfgs, nprocs) -> None:
     for cfg in cfgs:
         if not isinstance(cfg, TrainConfig):
             raise TypeError(f"run needs a TrainConfig, got {type(cfg).__name__}")
-        if cfg.parallel == "single" and nprocs != cfg.tp * cfg.pp:
-            raise ValueError(f"nprocs={nprocs} with parallel='single': use parallel='ddp' or 'fsdp' for > 1 rank"
-                             + (f" (or nprocs = tp·pp = {cfg.tp * cfg.pp})" if cfg.tp * cfg.pp > 1 else ""))
-        if cfg.tp * cfg.pp * cfg.cp > 1:
-            from labkit.train.parallel import mesh_shape
+        check_world(cfg, nprocs)
 
-            mesh_shape(cfg, nprocs)     # tp · pp · dp = nprocs, with a clear error
-        raf = cfg.reshard_after_forward        # FSDP2 int reshard: a group size dividing the ranks (chapter 20)
-        if cfg.parallel == "fsdp" and not isinstance(raf, bool) and isinstance(raf, int) and nprocs % raf:
-            raise ValueError(f"TrainConfig.reshard_after_forward={raf} is not valid on {nprocs} ranks: an int must "
-                             "divide the ranks, or use True / False / None")
+
+def check_world(cfg: TrainConfig, nprocs: int) -> None:
+    """Every option of ``cfg`` that names a rank or a group size, against a world of ``nprocs`` ranks, before
+    any rank starts (``run``, ``run_many`` and ``labkit run`` under torchrun): ``parallel="single"`` on one
+    replica, tp · pp · cp dividing the world, ``ep`` dividing the data-parallel ranks, ``fail_rank`` and
+    ``straggler_rank`` ranks of the world, ``ranks_per_node`` whole "nodes". Taught in chapter 19 (DDP),
+    chapter 24 (the mesh), chapter 26 (ep), chapter 27 (faults) and chapter 29 (the slow link)."""
+    nprocs = checks.count("nprocs", nprocs)
+    if cfg.parallel == "single" and nprocs != cfg.tp * cfg.pp:
+        raise ValueError(f"nprocs={nprocs} with parallel='single': use parallel='ddp' or 'fsdp' for > 1 rank"
+                         + (f" (or nprocs = tp·pp = {cfg.tp * cfg.pp})" if cfg.tp * cfg.pp > 1 else ""))
+    if cfg.tp * cfg.pp * cfg.cp > 1:
+        from labkit.train.parallel import mesh_shape
+
+        mesh_shape(cfg, nprocs)     # tp · pp · dp = nprocs, with a clear error
+    raf = cfg.reshard_after_forward        # FSDP2 int reshard: a group size dividing the ranks (chapter 20)
+    if cfg.parallel == "fsdp" and not isinstance(raf, bool) and isinstance(raf, int) and nprocs % raf:
+        raise ValueError(f"TrainConfig.reshard_after_forward={raf} is not valid on {nprocs} ranks: an int must "
+                         "divide the ranks, or use True / False / None")
+    dp = nprocs // (cfg.tp * cfg.pp * cfg.cp)
+    if cfg.ep > 1 and dp % cfg.ep:
+        raise ValueError(f"TrainConfig.ep={cfg.ep} must divide the {dp} data-parallel ranks of {nprocs} (expert "
+                         f"parallelism shares them): use a world size that is a multiple of {cfg.ep}")
+    for name in ("fail_rank", "straggler_rank"):
+        r = getattr(cfg, name)
+        if r is not None and r >= nprocs:
+            raise ValueError(f"TrainConfig.{name}={r} is not a rank of this run: use 0..{nprocs - 1}")
+    if cfg.ranks_per_node is not None:
+        from labkit.train.slow_link import check_layout
+
+        if cfg.ranks_per_node > nprocs:
+            raise ValueError(f"TrainConfig.ranks_per_node={cfg.ranks_per_node} is more than the {nprocs} ranks: "
+                             "a 'node' holds at most the world")
+        check_layout(cfg, nprocs)
 
 
 def run(cfg: TrainConfig, nprocs: int = 1, *, timeout_s: float = 600, stream: bool = False,
