@@ -344,12 +344,12 @@ def test_the_sweep_leaves_folders_of_launchers_in_another_pid_namespace(tmp_path
     """A launcher's folder is named by its pid, which means something only in its own PID namespace: a
     launcher in another one (a graded submission in a namespace of its own) must not take a live launch's
     folder for a dead one. Only a folder of this namespace whose launcher is gone is swept."""
-    from labkit.launcher import parent
+    from labkit.launcher import sweep
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()                                       # a pid no process holds now (in this namespace)
-    mine = parent._pid_namespace()
+    mine = sweep.pid_namespace()
     here = tmp_path / f"labkit-launch-{dead.pid}-here"
     other = tmp_path / f"labkit-launch-{dead.pid}-other"
     legacy = tmp_path / f"labkit-launch-{dead.pid}-legacy"
@@ -358,6 +358,6 @@ def test_the_sweep_leaves_folders_of_launchers_in_another_pid_namespace(tmp_path
         (d / "launch_id").write_text("none-such")
         if ns is not None:
             (d / "pidns").write_text(ns)
-    parent._sweep_stale_run_dirs()
+    sweep.sweep_stale_run_dirs()
     assert not here.exists()
     assert other.exists() and legacy.exists()        # another namespace; an unmarked folder under an hour old

@@ -126,9 +126,10 @@ def handler(args) -> int:
                       shard=args.shard, feedback_values=args.feedback_values, key=_key(args.key_file))
     from labkit.grading.isolation import isolation
 
+    res = grade(read_lab(resolve_lab(args.lab)), args.submissions, args.out, cfg)
+    # said once the batch has run (a refused lab, folder or option stays a one-line error)
     for note in [*limits.within_inherited()[1], isolation()[1]]:
         print(f"labkit grade: {note}", file=sys.stderr)
-    res = grade(read_lab(resolve_lab(args.lab)), args.submissions, args.out, cfg)
     for row in res.rows:
         marks = " ".join(x for x in (row["source_copy"] and f"source:{row['source_copy']}",
                                      row["late"] and "late", row["roster"] == "not in roster" and "NOT IN ROSTER") if x)

@@ -48,7 +48,8 @@ from pathlib import Path
 
 from labkit.grading import feedback, sandbox, summary
 from labkit.grading.evidence import sha256_file
-from labkit.grading.gradebook import FIXED_COLUMNS, write_gradebook
+from labkit.grading.gradebook import FIXED_COLUMNS, read_pending, write_gradebook
+from labkit.grading.gradebook import write_pending as _write_pending
 from labkit.grading.isolation import ENTER_FAILED, Cage, isolation
 from labkit.grading.labfmt import Lab, learner_notebook, load_lab, other_lab, source_copy
 from labkit.grading.students import Roster, Student, parse_shard, resolve, shard_of, student_of
@@ -349,27 +350,6 @@ def _complete(path: Path, sha: str, lab: Lab) -> bool:
         return False
     return (fb.get("complete") is True and fb.get("submission_sha256") == sha and fb.get("lab_sha256") == lab.sha256
             and fb.get("grader_version") == GRADER_VERSION)
-
-
-def _pending_path(out: Path, lab: Lab) -> Path:
-    return out / f".pending-{lab.id}.json"
-
-
-def read_pending(out: Path, lab: Lab) -> set[str]:
-    """Students a forced run was asked to regrade and had not finished (see the module docstring)."""
-    try:
-        doc = json.loads(_pending_path(out, lab).read_text())
-    except (OSError, json.JSONDecodeError):
-        return set()
-    return set(doc.get("students", [])) if isinstance(doc, dict) else set()
-
-
-def _write_pending(out: Path, lab: Lab, students) -> None:
-    path = _pending_path(out, lab)
-    if students:
-        atomic_write_text(path, json.dumps({"lab": lab.id, "students": sorted(students)}, indent=1))
-    else:
-        path.unlink(missing_ok=True)
 
 
 def _save(out: Path, fb: dict, cfg: GradeConfig) -> None:

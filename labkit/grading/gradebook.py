@@ -118,3 +118,27 @@ def merge(out, gradebooks, *, overwrite: bool = False) -> tuple[Path, list[dict]
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, _csv(header, rows))
     return out, rows
+
+
+# ---------------------------------------------------------------- a forced run's students still to regrade
+def _pending_path(out: Path, lab) -> Path:
+    return out / f".pending-{lab.id}.json"
+
+
+def read_pending(out: Path, lab) -> set[str]:
+    """Students a forced run of ``lab`` was asked to regrade and had not finished (``grades/.pending-<lab>.json``:
+    :mod:`labkit.grading.batch` resumes them)."""
+    try:
+        doc = json.loads(_pending_path(out, lab).read_text())
+    except (OSError, json.JSONDecodeError):
+        return set()
+    return set(doc.get("students", [])) if isinstance(doc, dict) else set()
+
+
+def write_pending(out: Path, lab, students) -> None:
+    """Record (or, with none left, remove) the students a forced run still has to regrade."""
+    path = _pending_path(out, lab)
+    if students:
+        atomic_write_text(path, json.dumps({"lab": lab.id, "students": sorted(students)}, indent=1))
+    else:
+        path.unlink(missing_ok=True)

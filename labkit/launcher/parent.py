@@ -290,7 +290,7 @@ def launch(target: Callable | str | os.PathLike, nprocs: int, *, backend: str = 
     payload = _pickle_spec(spec, args, kwargs)
     flight_dir = flight.check_folder(flight_recorder)
 
-    _sweep_stale_run_dirs()
+    sweep.sweep_stale_run_dirs()
     logs = _make_log_dir(log_dir)
     job = _Job(None, sweep.new_launch_id())
     store = None
@@ -347,7 +347,7 @@ def _make_run_dir(job: _Job, payload: bytes) -> Path:
     try:
         job.run_dir = Path(tempfile.mkdtemp(prefix=f"labkit-launch-{os.getpid()}-"))
         (job.run_dir / "launch_id").write_text(job.launch_id)    # the sweep of a dead launcher's folder
-        (job.run_dir / "pidns").write_text(_pid_namespace())      # whose pid the folder's name is
+        (job.run_dir / "pidns").write_text(sweep.pid_namespace())      # whose pid the folder's name is
         (job.run_dir / "spec.pkl").write_bytes(payload)
     except OSError as e:
         raise LaunchError(f"could not create the launch's run folder in {tempfile.gettempdir()}: {e}") from e
@@ -384,52 +384,6 @@ def _add_rank(job: _Job, rank: int, nprocs: int, port: int, backend: str, timeou
             raise LaunchError(f"could not open rank {rank}'s log file in {logs}: {e}", rank=rank,
                               log_dir=logs) from e
         raise
-
-
-def _pid_namespace() -> str:
-    """This process's PID namespace (``pid:[inode]``; ``namespaces(7)``), or "" where /proc has none."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
-
-
-def _sweep_stale_run_dirs() -> None:
-    """Remove run folders of launchers that died without cleaning up (SIGKILL: no finally, no atexit).
-
-    A folder's name holds its launcher's pid, which means something only in the PID namespace it was taken
-    in: a launcher in another one (a submission the grader runs in its own namespace, a container sharing
-    /tmp) would find that pid absent and delete a live launch's folder. So a folder is swept only when its
-    ``pidns`` file names this namespace (an older folder without one, only once it is an hour old)."""
-    mine = _pid_namespace()
-    for d in Path(tempfile.gettempdir()).glob("labkit-launch-*-*"):
-        try:
-            pid = int(d.name.split("-")[2])
-        except (IndexError, ValueError):
-            continue
-        if pid == os.getpid():
-            continue
-        try:
-            theirs = (d / "pidns").read_text().strip()
-        except OSError:
-            theirs = None
-        if theirs is None:
-            try:
-                if time.time() - d.stat().st_mtime < 3600:
-                    continue
-            except OSError:
-                continue
-        elif theirs != mine:
-            continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            # its ranks died with it (PDEATHSIG); what they started in sessions of their own did not
-            with contextlib.suppress(OSError):
-                sweep.kill_marked((d / "launch_id").read_text().strip(), timeout_s=2.0)
-            shutil.rmtree(d, ignore_errors=True)
-        except PermissionError:
-            pass
 
 
 def _make_log_dir(log_dir) -> Path | None:

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
-__all__ = ["MARKER", "new_launch_id", "marker_value", "marked_pids", "signal_marked", "kill_marked"]
+__all__ = ["MARKER", "new_launch_id", "marker_value", "marked_pids", "signal_marked", "kill_marked",
+           "pid_namespace", "sweep_stale_run_dirs"]
 
 MARKER = "LABKIT_LAUNCH_ID"
 
@@ -136,3 +140,50 @@ def kill_marked(launch_id: str, timeout_s: float = 10.0) -> list[int]:
             return left
         time.sleep(delay)                # killed processes release their memory (and environ) quickly
         delay = min(delay * 2, 0.1)
+
+
+# ---------------------------------------------------------------- run folders of dead launchers
+def pid_namespace() -> str:
+    """This process's PID namespace (``pid:[inode]``; ``namespaces(7)``), or "" where /proc has none."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def sweep_stale_run_dirs() -> None:
+    """Remove run folders of launchers that died without cleaning up (SIGKILL: no finally, no atexit).
+
+    A folder's name holds its launcher's pid, which means something only in the PID namespace it was taken
+    in: a launcher in another one (a submission the grader runs in its own namespace, a container sharing
+    /tmp) would find that pid absent and delete a live launch's folder. So a folder is swept only when its
+    ``pidns`` file names this namespace (an older folder without one, only once it is an hour old)."""
+    mine = pid_namespace()
+    for d in Path(tempfile.gettempdir()).glob("labkit-launch-*-*"):
+        try:
+            pid = int(d.name.split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            theirs = (d / "pidns").read_text().strip()
+        except OSError:
+            theirs = None
+        if theirs is None:
+            try:
+                if time.time() - d.stat().st_mtime < 3600:
+                    continue
+            except OSError:
+                continue
+        elif theirs != mine:
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            # its ranks died with it (PDEATHSIG); what they started in sessions of their own did not
+            with contextlib.suppress(OSError):
+                kill_marked((d / "launch_id").read_text().strip(), timeout_s=2.0)
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            pass

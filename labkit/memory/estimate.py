@@ -335,7 +335,8 @@ def pipeline_in_flight(pp: int, micro_batches: int, schedule: str = "1f1b", virt
     """Micro-batches whose activations the FIRST pipeline stage holds at its peak: 1 without a pipeline, m for GPipe,
     min(p, m) for 1F1B (p forwards before the first backward), min(p, m)·(1 + (p−1)/(pv)) interleaved with v chunks
     (Narayanan et al. 2021 §2.2; Korthikanti et al. 2022 §4.2.3); ``perf.predict``'s rule. Taught in chapters 24, 26."""
-    p, m, v = checks.count("pp", pp), checks.count("micro_batches", micro_batches), checks.count("v", virtual_stages)
+    p, m = checks.count("pp", pp), checks.count("micro_batches", micro_batches)
+    v = checks.count("virtual_stages", virtual_stages)
     checks.one_of("schedule", schedule, ("gpipe", "1f1b", "interleaved"))
     if p == 1:
         return 1.0
