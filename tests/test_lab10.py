@@ -3,6 +3,8 @@ the lab's hidden checks on evidence made here — the solution's answers pass, f
 from __future__ import annotations
 
 import copy
+import datetime as _dt
+import os
 
 import pytest
 
@@ -96,7 +98,12 @@ def _book(root, seed=5):
     cb = ca.replace(parallel="single", tp=2, micro_batch=8, label="TP2")
     order = ab.call_order(4, 1)
     steps = {"A": 0.25, "A'": 0.252, "B": 0.40}
-    runs = [{**_rec(cb if arm == "B" else ca, steps[arm] * (1 + 0.01 * i)), "arm": arm, "when": when}
+    # stamped as ab_train(same_ranks=True) stamps them: launched by this process (the one writing the evidence),
+    # in one launch long enough for their timed steps, ended before the evidence is written
+    now = _dt.datetime.now(_dt.timezone.utc)
+    launch = {"pid": os.getpid(), "started_at": (now - _dt.timedelta(seconds=60)).isoformat(),
+              "ended_at": (now - _dt.timedelta(seconds=2)).isoformat()}
+    runs = [{**_rec(cb if arm == "B" else ca, steps[arm] * (1 + 0.01 * i)), "arm": arm, "when": when, "launch": launch}
             for i, (arm, when) in enumerate(order)]
     qa = [r["tokens_per_step"] / r["step_time"]["median"] for r in runs if r["arm"] != "B"]
     qb = [r["tokens_per_step"] / r["step_time"]["median"] for r in runs if r["arm"] == "B"]
