@@ -7,7 +7,8 @@ data-parallel ranks, ``accum_steps`` times (gradient accumulation) before the up
     tokens per step    = sequences per step × seq_len
 
 Papers state the *global* batch — Llama 3 (Dubey et al. 2024 §3.4.1) in tokens (4M, then 8M, then
-16M), nanoGPT as ``total_batch_size`` in tokens, from which each rank derives ``grad_accum_steps``.
+16M), Karpathy's build-nanogpt (``train_gpt2.py``) as ``total_batch_size`` in tokens, from which each rank derives
+``grad_accum_steps`` (nanoGPT's ``train.py`` instead fixes ``gradient_accumulation_steps`` and divides it by the ranks).
 :func:`accum_steps` does that derivation and refuses a target that does not divide, naming the two
 nearest targets that do. Counts may be written as integral floats (``4e6``); tokens are unpadded.
 
@@ -41,7 +42,7 @@ def tokens_per_step(micro_batch: int, seq_len: int, *, n_ranks: int = 1, accum_s
 def accum_steps(micro_batch: int, *, n_ranks: int = 1, seq_len: int | None = None,
                 global_tokens: int | None = None, global_sequences: int | None = None) -> int:
     """Accumulation steps per rank that reach a target global batch, given in tokens
-    (``global_tokens``, needs ``seq_len``; nanoGPT's ``total_batch_size``, Llama 3's batch) or in
+    (``global_tokens``, needs ``seq_len``; build-nanogpt's ``total_batch_size``, Llama 3's batch) or in
     sequences (``global_sequences``) — exactly one of them. ValueError when the target is not a whole
     number of micro-steps (micro_batch × n_ranks sequences each), naming the nearest targets that are.
 

@@ -191,8 +191,8 @@ def checklist(thresholds) -> list[dict]:
 #: The source's "next directions": (name, what it is, citation, the chapter it extends, its place).
 NEXT_DIRECTIONS = (
     ("PipeDream", "pipeline parallelism with 1F1B scheduling and weight stashing (asynchronous); its flushed "
-     "variant PipeDream-Flush is the 1F1B schedule labkit.train runs", "Harlap et al. 2019, SOSP; Narayanan et "
-     "al. 2021, SC21 (PipeDream-Flush)", "ch24", "already in the course: 1F1B in chapter 24; asynchronous weight "
+     "variant PipeDream-Flush is the 1F1B schedule labkit.train runs", "Narayanan et al. 2019, SOSP; Narayanan "
+     "et al. 2021, ICML (PipeDream-Flush)", "ch24", "already in the course: 1F1B in chapter 24; asynchronous weight "
      "versions change the optimiser's semantics"),
     ("1-bit Adam", "compress Adam's gradient communication to 1 bit per value with error feedback after a "
      "warm-up with full precision", "Tang et al. 2021, ICML", "ch23", "next to the fp16 and PowerSGD hooks of "

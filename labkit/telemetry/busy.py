@@ -26,8 +26,8 @@ def busy_vs_flops(sizes=(32, 1024), *, seconds: float = 0.5, dtype: str = "fp32"
     """The CPU version of "GPU-Util 100% is not MFU", measured: for each square matmul size, run
     matmuls back to back for ``seconds`` and report the *busy share* (process CPU time / wall time on one
     thread, what ``top`` calls utilisation) beside the achieved FLOP/s (2·n³ per matmul) and
-    its ratio to the best size's rate. Both loops keep the processor ~100% busy; only the big matmuls
-    do much arithmetic. One warm-up matmul per size; matmuls are timed in ~10 ms batches and the rate is
+    its ratio to the best size's rate. On an idle core every size reads ~100% busy (on a shared machine the
+    same lower share for each); only the big matmuls do much arithmetic. One warm-up matmul per size; matmuls are timed in ~10 ms batches and the rate is
     the median over batches (robust to other processes taking the CPU); the clock is
     ``time.perf_counter`` (CPU work is synchronous). Taught in chapter 12."""
     import torch

@@ -15,8 +15,9 @@ literal reading, kept to show the oscillation.
 
 Safeguards (:func:`scaled_lr`, :class:`ValidationGuard`): the global batch changes with k, so the learning
 rate must follow — ⚠ ``lr × k`` is Goyal et al. 2017's linear rule for SGD, not a default for AdamW; for
-Adam-type optimisers the square-root rule (Malladi et al., NeurIPS 2022, "On the SDEs and Scaling Rules for
-Adaptive Gradient Algorithms"). With each micro-batch's loss divided by k the accumulated gradient is the
+Adam-type optimisers the learning rate × √k, a heuristic after the square-root scaling rule of Malladi et al.
+(NeurIPS 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms"), whose rule also moves 1 − β₁,
+1 − β₂ (× k) and ε (÷ √k); at a fixed global batch the learning rate stays. With each micro-batch's loss divided by k the accumulated gradient is the
 mean-loss gradient of the whole batch, so its norm does not grow with k and the clipping threshold stays
 (⚠ the source's ``0.1·√k`` assumes summed losses); clip once, after the last micro-batch (and after
 ``scaler.unscale_`` under fp16). The validation guard lowers accumulation after ``patience`` rising
@@ -95,7 +96,8 @@ class AccumController:
 def scaled_lr(base_lr: float, accum: int, base_accum: int = 1, *, rule: str = "sqrt") -> float:
     """The learning rate for a global batch ``accum / base_accum`` times the one ``base_lr`` was tuned for.
 
-    ``rule="sqrt"``: × √(ratio), the square-root rule for Adam/AdamW (Malladi et al. 2022); ``"linear"``:
+    ``rule="sqrt"``: × √(ratio), for Adam/AdamW — the learning-rate part of Malladi et al. 2022's square-root
+    rule, which also rescales β₁, β₂ and ε (left as they are here: a heuristic); ``"linear"``:
     × ratio, Goyal et al. 2017's rule for SGD with momentum (with warm-up); ``"none"``: unchanged.
     Taught in chapter 25.
     """
