@@ -101,6 +101,18 @@ def test_saved_bytes_of_the_core_naive_grows_as_s_squared_flash_as_s():
     assert rows[("flash", 64)].ran == "flash" and rows[("naive", 64)].ran == "naive"
 
 
+def test_cpu_time_is_one_threads_cpu_seconds_and_threads_are_restored():
+    """Chapter 16: on a CPU the time is CPU seconds on ``threads`` torch threads (1 by default: a thread per core
+    on a shared machine makes every op wait for a descheduled thread), and the caller's thread count comes back."""
+    before = torch.get_num_threads()
+    m = A.measure("naive", 64, heads=2, head_dim=16, repeats=3, warmup=0)
+    assert m.clock == "cpu" and m.threads == 1 and torch.get_num_threads() == before and len(m.times) == 3
+    assert A.measure("flash", 64, heads=2, head_dim=16, repeats=3, warmup=0, threads=2).threads == 2
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads=0"):
+        A.measure("naive", 64, threads=0)
+
+
 def test_attention_flops_formula_and_counter():
     from labkit.flops import count_flops
 
