@@ -166,3 +166,27 @@ def test_attention_is_a_trainer_option_with_loss_parity_on_gloo_ranks():
         assert losses[n] == pytest.approx(losses["naive"], rel=1e-4), losses
     with pytest.raises(ValueError, match="attention"):
         TrainConfig(attention="fast")
+
+
+def test_ch16_stored_time_panel_rises_with_s_and_states_the_direction():
+    """Issue #34: ch16's stored time panel — every implementation's median rises with s (claims that hold, and the
+    printed medians table increasing down each column) and sdpa/naive < 1 is a held claim, judged by its own numbers."""
+    import re
+
+    import nbformat
+
+    from labkit import claims
+    from labkit.paths import repo_root
+
+    nb = nbformat.read(repo_root() / "chapters/part3_tuning/ch16_attention_kernels.ipynb", as_version=4)
+    stored = [c for _, c in claims.stored_claims(nb)]
+    rises = {m.group(1) for c in stored for m in [re.match(r"(\w+) attention takes longer at s=", c.statement)] if m}
+    assert rises == {"naive", "math", "sdpa"}
+    faster = [c for c in stored if "takes less time than naive attention" in c.statement]
+    assert len(faster) == 1 and faster[0].op == "<" and faster[0].left < 1 and faster[0].noise > 0
+    for c in stored:
+        assert c.status == "holds" == claims.rejudge(c), c.text()
+    text = "".join(o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", []))
+    table = text.split("median forward+backward, ms:\n", 1)[1].splitlines()
+    rows = [[float(x) for x in ln.split()[1:]] for ln in table[2:] if ln.split() and ln.split()[0].isdigit()]
+    assert len(rows) >= 3 and all(a < b for r0, r1 in zip(rows, rows[1:]) for a, b in zip(r0, r1)), table[:6]
