@@ -189,4 +189,5 @@ def test_ch16_stored_time_panel_rises_with_s_and_states_the_direction():
     text = "".join(o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", []))
     table = text.split("median forward+backward, ms:\n", 1)[1].splitlines()
     rows = [[float(x) for x in ln.split()[1:]] for ln in table[2:] if ln.split() and ln.split()[0].isdigit()]
-    assert len(rows) >= 3 and all(a < b for r0, r1 in zip(rows, rows[1:]) for a, b in zip(r0, r1)), table[:6]
+    assert len(rows) >= 3 and all(a < b for r0, r1 in zip(rows, rows[1:], strict=False)
+                                  for a, b in zip(r0, r1, strict=True)), table[:6]
