@@ -29,6 +29,7 @@ import math
 import os
 import statistics
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 
 from labkit import checks
@@ -192,9 +193,9 @@ def attention_flops(batch: int, heads: int, seq_len: int, head_dim: int, *, caus
 @dataclass(frozen=True)
 class AttentionMeasurement:
     """One implementation at one shape: median forward+backward seconds (and its p10–p90 spread over
-    ``repeats``), peak bytes allocated above the inputs during forward+backward, bytes autograd saved for
-    backward (the inputs excluded), what the memory model predicts for those, and the backend that ran.
-    Taught in chapter 16 and lab 4."""
+    ``repeats``) by ``clock`` on ``threads`` torch threads, peak bytes allocated above the inputs during
+    forward+backward, bytes autograd saved for backward (the inputs excluded), what the memory model
+    predicts for those, and the backend that ran. Taught in chapter 16 and lab 4."""
 
     attention: str
     ran: str
@@ -210,6 +211,8 @@ class AttentionMeasurement:
     peak_bytes: int
     saved_bytes: int
     predicted_saved_bytes: int
+    clock: str = "cpu"
+    threads: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -264,14 +267,46 @@ def _peak_bytes(fn, device: str) -> int:
     return max((t for _, t in totals), default=0)
 
 
+def _cpu_seconds(fn, *, warmup: int, repeats: int, threads: int) -> list[float]:
+    """CPU seconds per call of ``fn`` on ``threads`` torch threads (restored afterwards).
+
+    Why one thread by default: torch runs each CPU op as an OpenMP parallel region over all its threads
+    and waits at the region's end for the slowest. With as many threads as cores on a machine that also
+    runs other work, one of the two threads is often descheduled, and every op of the call waits for it
+    while the other spins: on this course's loaded 2-core machine (2026-12-06) one softmax of 4×256×256 took ≈ 0.16 ms
+    on one thread and a median ≈ 14 ms on two (and ×17 the CPU seconds, spent spinning), so a naive
+    attention call of a few dozen ops sat near 250 ms whatever its length. On one thread the process's CPU
+    seconds are the call's own work, whoever else shares the cores."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.process_time()
+            fn()
+            times.append(time.process_time() - t0)
+    finally:
+        torch.set_num_threads(old)
+    return times
+
+
 def measure(attention: str, seq_len: int, *, batch: int = 1, heads: int = 4, head_dim: int = 32,
             device: str = "cpu", dtype: str = "fp32", causal: bool = True, repeats: int = 5,
-            warmup: int = 1) -> AttentionMeasurement:
-    """Forward+backward of one attention implementation at one sequence length, measured: time with
-    :func:`labkit.hardware.time_fn` (median, p10–p90 spread), peak memory, saved bytes, the backend ran.
+            warmup: int = 1, threads: int = 1) -> AttentionMeasurement:
+    """Forward+backward of one attention implementation at one sequence length, measured: time (median,
+    p10–p90 spread), peak memory, saved bytes, the backend ran.
 
+    On a GPU the time is :func:`labkit.hardware.time_fn`'s (CUDA events). On a CPU it is this process's CPU
+    seconds on ``threads`` torch threads (default 1, :func:`_cpu_seconds` says why: with a thread per core
+    on a shared machine every op waits for a descheduled thread, and the time measures the scheduler).
     Taught in chapter 16 (attention kernels) and lab 4.
     """
+    import torch
+
     from labkit.hardware.measure import time_fn
     from labkit.memory.estimate import attention_saved_bytes
 
@@ -280,6 +315,7 @@ def measure(attention: str, seq_len: int, *, batch: int = 1, heads: int = 4, hea
     s = checks.count("seq_len", seq_len)
     repeats = checks.count("repeats", repeats, at_least=3)
     warmup = checks.count("warmup", warmup, at_least=0)
+    threads = checks.count("threads", threads)
     causal = checks.flag("causal", causal)
     q, k, v = _inputs(batch, heads, s, head_dim, device, dtype, grad=True)
 
@@ -289,7 +325,10 @@ def measure(attention: str, seq_len: int, *, batch: int = 1, heads: int = 4, hea
         q.grad = k.grad = v.grad = None
 
     ran = backend_ran(attention, device=device, dtype=dtype)
-    times = time_fn(step, device, warmup=warmup, repeats=repeats)
+    if torch.device(device).type == "cuda":
+        times, clock = time_fn(step, device, warmup=warmup, repeats=repeats), "cuda events"
+    else:
+        times, clock = _cpu_seconds(step, warmup=warmup, repeats=repeats, threads=threads), "cpu"
     saved, out = _saved_bytes(lambda: attend(q, k, v, attention, causal=causal), (q, k, v))
     del out
     peak = _peak_bytes(step, device)
@@ -303,7 +342,8 @@ def measure(attention: str, seq_len: int, *, batch: int = 1, heads: int = 4, hea
     return AttentionMeasurement(attention=attention, ran=ran, batch=batch, heads=heads, seq_len=s, head_dim=head_dim,
                                 dtype=dtype, causal=causal, time_s=med, time_spread=(qs[-1] - qs[0]) / med,
                                 times=tuple(times), peak_bytes=peak, saved_bytes=saved,
-                                predicted_saved_bytes=predicted)
+                                predicted_saved_bytes=predicted, clock=clock,
+                                threads=threads if clock == "cpu" else torch.get_num_threads())
 
 
 def sweep(attentions=("naive", "flash"), seq_lens=(256, 512, 1024), **kw):

@@ -14,6 +14,7 @@ from labkit.units import si
 
 __all__ = ["si", "new_axes", "legend_outside", "roofline", "stacked_parts", "scaling", "bars", "ring_allreduce", "memory_timeline", "ddp_timeline"]
 __all__ += ["grad_histogram"]     # chapter 18
+__all__ += ["zero_stages", "recompute_tradeoff", "scaling_case"]     # chapters 20, 21, 29
 
 PALETTE = {"compute": "#4C72B0", "communication": "#DD8452", "comm": "#DD8452", "memory": "#55A868",
            "data": "#C44E52", "scheduling": "#8172B3", "sync": "#937860", "forward": "#4C72B0",
@@ -274,3 +275,104 @@ def grad_histogram(rows, layers=None, *, ax=None, fmt: str = "fp16", title: str 
     ax.set_title(title or f"gradients against the {fmt} range", fontsize=9)
     legend_outside(ax)
     return ax
+
+
+def zero_stages(stages: dict, live=None, *, n_ranks: int | None = None, axes=None):
+    """Per-rank bytes by ZeRO stage, stacked as parameters, gradients and optimizer state (ZeRO, Rajbhandari
+    et al. SC 2020, Figure 1): ``stages`` maps a label to a :func:`labkit.memory.model_state_bytes` result.
+    With ``live`` (``labkit.memory.measure_knobs``' table, one row per FSDP2 knob) a second panel shows the
+    parameter bytes rank 0 held, measured (bars) against ``memory.sharding``'s prediction (markers), at the
+    forward peak and between forward and backward, beside its model states. Taught in chapter 20."""
+    if not stages:
+        raise ValueError("stages is empty: pass {label: memory.model_state_bytes(...)} for at least one stage")
+    if axes is None:
+        axes = new_axes(2 if live is not None else 1, width=5.2, height=3.6)[1]
+    ax = axes[0]
+    labels, bottom = list(stages), [0.0] * len(stages)
+    for part, color in (("params", "#4C72B0"), ("grads", "#DD8452"), ("optimizer", "#55A868")):
+        vals = [getattr(stages[k], part) / 1e9 for k in labels]
+        ax.bar(labels, vals, bottom=bottom, color=color, label={"params": "parameters", "grads": "gradients", "optimizer": "optimizer state"}[part])
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    for i, total in enumerate(bottom):
+        ax.annotate(f"{total:.3g} GB", (i, total), ha="center", textcoords="offset points", xytext=(0, 2), fontsize=8)
+    ax.set_ylabel("model states per rank, GB")
+    ax.set_title("ZeRO stages" + (f" on {n_ranks} ranks" if n_ranks else "") + " (model)")
+    ax.tick_params(axis="x", labelrotation=15, labelsize=8)
+    ax.legend(fontsize=7)
+    if live is None:
+        return axes
+    ax, knobs, x = axes[1], list(live.index), range(len(live))
+    for off, col, pred, color, name in ((-0.2, "params peak fwd MB", "predicted peak MB", "#4C72B0", "at the forward peak"),
+                                        (0.2, "params after fwd MB", "predicted after MB", "#64B5CD", "forward → backward")):
+        ax.bar([i + off for i in x], live[col], width=0.4, color=color, label=f"measured, {name}")
+        ax.plot([i + off for i in x], live[pred], "k_", ms=12, mew=2)
+    ax.plot([], [], "k_", ms=12, mew=2, label="predicted (memory.sharding)")
+    ax.axhline(float(live["model states MB"].iloc[0]), color="#55A868", ls="--", lw=1, label="model states, measured")
+    ax.set_xticks(list(x), knobs, rotation=35, ha="right", fontsize=7)
+    ax.set_ylabel("parameter bytes on rank 0, MB")
+    ax.set_title("FSDP2 knobs, live ranks")
+    legend_outside(ax)
+    return axes
+
+
+def recompute_tradeoff(costs, *, budget_bytes: float | None = None, measured=None, axes=None):
+    """Activation memory against recompute cost, one point per checkpointing policy: ``costs`` is
+    ``labkit.memory.recompute.policy_costs``' table (bytes and extra FLOPs; the cheapest policy under
+    ``budget_bytes`` ringed). With ``measured`` (``recompute.policy_table``: saved bytes measured and
+    predicted, FLOPs counted) a first panel shows the live model the same way. Taught in chapter 21."""
+    panels = [("live", measured)] if measured is not None else []
+    panels.append(("priced", costs))
+    if axes is None:
+        axes = new_axes(len(panels), width=5.0, height=3.6)[1]
+    for ax, (kind, t) in zip(axes, panels, strict=True):
+        if kind == "live":
+            x, y, unit = (t["executed_over_model"] - 1) * 100, t["saved_bytes"] / 2**20, "MiB"
+            ax.plot(x, t["predicted_bytes"] / 2**20, "k_", ms=14, mew=2, label="predicted")
+            ax.set_title("measured on this machine")
+        else:
+            x, y, unit = t["extra_flops"] * 100, t["activation_bytes"] / 2**30, "GiB"
+            ax.set_title("priced by the model")
+            if budget_bytes is not None:
+                ax.axhline(budget_bytes / 2**30, color="#C44E52", ls="--", lw=1, label="budget")
+                fits = t[t["activation_bytes"] <= budget_bytes].sort_values("extra_flops")
+                if len(fits):
+                    ax.plot(fits["extra_flops"].iloc[0] * 100, fits["activation_bytes"].iloc[0] / 2**30, "o", ms=14,
+                            mfc="none", mec="#C44E52", label="cheapest that fits")
+        names = t.index if "policy" not in t else t["policy"]
+        ax.plot(x, y, "o-", color="#4C72B0", label="activations kept")
+        for i, (xi, yi, n) in enumerate(zip(x, y, names, strict=True)):
+            ax.annotate(str(n), (xi, yi), textcoords="offset points", xytext=(5, 3 if i % 2 else -11), fontsize=8)
+        ax.set_xlabel("recomputed FLOPs, % of the model's")
+        ax.set_ylabel(f"activations saved for backward, {unit}")
+        ax.legend(fontsize=7)
+    return axes
+
+
+def scaling_case(case, modelled: dict, *, axes=None):
+    """Expected, measured and fixed scaling of a scale-out case (``labkit.cases.thirteen_b``) beside the
+    performance model's view (``case.modelled()``: pure DP before and after, the fix after): aggregate
+    tokens/s against GPUs with the linear line, and scaling efficiency per GPU. Taught in chapter 29."""
+    g0, g1 = case.gpus_before, case.gpus_after
+    base, measured, fixed = (k * 1e3 for k in case.source_per_gpu_k)
+    m0, m1, mfix = (p.tokens_per_s_per_gpu for p in modelled.values())
+    if axes is None:
+        axes = new_axes(2, width=5.0, height=3.6)[1]
+    ax = axes[0]
+    ax.plot([g0, g1], [base * g0 / 1e3, base * g1 / 1e3], "k--", lw=1, label="expected (linear)")
+    ax.plot([g0, g1], [base * g0 / 1e3, measured * g1 / 1e3], "o-", color="#C44E52", label="source, measured")
+    ax.plot([g1], [fixed * g1 / 1e3], "*", ms=12, color="#C44E52", label="source, fixed")
+    ax.plot([g0, g1], [m0 * g0 / 1e3, m1 * g1 / 1e3], "s:", color="#4C72B0", label="model, pure DP")
+    ax.plot([g1], [mfix * g1 / 1e3], "P", ms=10, color="#4C72B0", label="model, the fix")
+    ax.set(xlabel="GPUs", ylabel="aggregate k tokens/s", xticks=[g0, g1], title="throughput", ylim=(0, None))
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    groups = {"source": (measured / base, fixed / base), "model": (m1 / m0, mfix / m0)}
+    for off, (who, (e1, e2)), color in zip((-0.2, 0.2), groups.items(), ("#C44E52", "#4C72B0"), strict=True):
+        ax.bar([off, 1 + off], [e1 * 100, e2 * 100], width=0.4, color=color, label=who)
+        for xi, e in ((off, e1), (1 + off, e2)):
+            ax.annotate(f"{e:.0%}", (xi, e * 100), ha="center", textcoords="offset points", xytext=(0, 2), fontsize=8)
+    ax.axhline(100, color="k", ls="--", lw=1)
+    ax.set_xticks([0, 1], [f"{g1} GPUs, measured", f"{g1} GPUs, fixed"], fontsize=8)
+    ax.set(ylabel=f"scaling efficiency vs {g0} GPUs, %", title="per GPU")
+    ax.legend(fontsize=7)
+    return axes

@@ -101,6 +101,18 @@ def test_saved_bytes_of_the_core_naive_grows_as_s_squared_flash_as_s():
     assert rows[("flash", 64)].ran == "flash" and rows[("naive", 64)].ran == "naive"
 
 
+def test_cpu_time_is_one_threads_cpu_seconds_and_threads_are_restored():
+    """Chapter 16: on a CPU the time is CPU seconds on ``threads`` torch threads (1 by default: a thread per core
+    on a shared machine makes every op wait for a descheduled thread), and the caller's thread count comes back."""
+    before = torch.get_num_threads()
+    m = A.measure("naive", 64, heads=2, head_dim=16, repeats=3, warmup=0)
+    assert m.clock == "cpu" and m.threads == 1 and torch.get_num_threads() == before and len(m.times) == 3
+    assert A.measure("flash", 64, heads=2, head_dim=16, repeats=3, warmup=0, threads=2).threads == 2
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads=0"):
+        A.measure("naive", 64, threads=0)
+
+
 def test_attention_flops_formula_and_counter():
     from labkit.flops import count_flops
 
@@ -154,3 +166,28 @@ def test_attention_is_a_trainer_option_with_loss_parity_on_gloo_ranks():
         assert losses[n] == pytest.approx(losses["naive"], rel=1e-4), losses
     with pytest.raises(ValueError, match="attention"):
         TrainConfig(attention="fast")
+
+
+def test_ch16_stored_time_panel_rises_with_s_and_states_the_direction():
+    """Issue #34: ch16's stored time panel — every implementation's median rises with s (claims that hold, and the
+    printed medians table increasing down each column) and sdpa/naive < 1 is a held claim, judged by its own numbers."""
+    import re
+
+    import nbformat
+
+    from labkit import claims
+    from labkit.paths import repo_root
+
+    nb = nbformat.read(repo_root() / "chapters/part3_tuning/ch16_attention_kernels.ipynb", as_version=4)
+    stored = [c for _, c in claims.stored_claims(nb)]
+    rises = {m.group(1) for c in stored for m in [re.match(r"(\w+) attention takes longer at s=", c.statement)] if m}
+    assert rises == {"naive", "math", "sdpa"}
+    faster = [c for c in stored if "takes less time than naive attention" in c.statement]
+    assert len(faster) == 1 and faster[0].op == "<" and faster[0].left < 1 and faster[0].noise > 0
+    for c in stored:
+        assert c.status == "holds" == claims.rejudge(c), c.text()
+    text = "".join(o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", []))
+    table = text.split("median forward+backward, ms:\n", 1)[1].splitlines()
+    rows = [[float(x) for x in ln.split()[1:]] for ln in table[2:] if ln.split() and ln.split()[0].isdigit()]
+    assert len(rows) >= 3 and all(a < b for r0, r1 in zip(rows, rows[1:], strict=False)
+                                  for a, b in zip(r0, r1, strict=True)), table[:6]

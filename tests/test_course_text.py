@@ -54,7 +54,7 @@ REQUIRED_WARNINGS = [
      "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"),
     (P3 + "ch19_ddp_buckets.ipynb", "\"25–100 MB is usually best\" is a hypothesis, not a rule",
      "https://arxiv.org/abs/2006.15704"),
-    (P3 + "ch20_fsdp_zero.ipynb", "FULL_SHARD sends 1.5× DDP's bytes per step, not 2× — and not 4×",
+    (P3 + "ch20_fsdp_zero.ipynb", "FULL_SHARD sends 1.5× DDP's bytes at the same dtype, not 2× — and under a bf16 policy",
      "https://arxiv.org/abs/2304.11277"),
     (P3 + "ch20_fsdp_zero.ipynb", "`limit_all_gathers` is a rate limiter, not the switch that keeps weights",
      "https://pytorch.org/docs/stable/fsdp.html"),

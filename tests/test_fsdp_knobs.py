@@ -69,6 +69,14 @@ def test_sharding_predictions_by_hand():
     assert sharding.step_volume("zero2", 64, 1e9)["vs_ddp"] == pytest.approx(1.0)
     grp = sharding.step_volume("fsdp_full", 8, 1e9, reshard_group=2)["sent_bytes"]
     assert grp == pytest.approx((7 / 8 + 1 / 2 + 7 / 8) * 1e9)
+    # chapter 20: DDP under autocast all-reduces fp32 gradients (8Ψ·(N-1)/N); FSDP2 with a bf16 policy reducing in
+    # bf16 sends 6Ψ·(N-1)/N (0.75x), reducing in fp32 8Ψ·(N-1)/N (1x); fp32 FULL_SHARD 12Ψ·(N-1)/N (1.5x)
+    psi = 1e9
+    assert sharding.step_volume("fsdp_full", 8, 2 * psi, 2 * psi, ddp_bytes=4 * psi)["vs_ddp"] == pytest.approx(0.75)
+    assert sharding.step_volume("fsdp_full", 8, 2 * psi, 4 * psi, ddp_bytes=4 * psi)["vs_ddp"] == pytest.approx(1.0)
+    assert sharding.step_volume("fsdp_full", 8, 4 * psi, ddp_bytes=4 * psi)["vs_ddp"] == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="ddp_bytes=0"):
+        sharding.step_volume("ddp", 8, psi, ddp_bytes=0)
 
 
 def test_bad_knob_values_are_refused():

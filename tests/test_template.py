@@ -136,3 +136,12 @@ def test_labkit_names_reads_imports_and_aliases():
     code = "from labkit import quiz, viz as v\nimport labkit\nquiz.check(q, 1)\nv.new_axes()\nlabkit.flops.preset('x')\n"
     assert labkit_names(code) >= {"labkit.quiz.check", "labkit.viz.new_axes", "labkit.flops.preset"}
     assert resolves("labkit.quiz.check") and not resolves("labkit.quiz.no_such_thing")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem[:4])
+def test_every_chapter_stores_a_figure_and_no_error(path):
+    """Issue #34: a picture in every chapter — at least one stored PNG or SVG output — and no stored error."""
+    outs = [o for c in cells(path) if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outs if o.get("output_type") == "error"], f"{path.name}: a stored error"
+    assert any({"image/png", "image/svg+xml"} & set(o.get("data", {})) for o in outs), \
+        f"{path.name}: no stored figure (image/png or image/svg+xml): draw the chapter's idea from labkit's numbers"

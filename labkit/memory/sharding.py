@@ -79,15 +79,19 @@ def collectives_per_step(n_layers: int, *, wrap: str = "block", reshard_after_fo
 
 
 def step_volume(strategy: str, n_ranks: int, param_bytes: float, grad_bytes: float | None = None, *,
-                reshard_group: int | None = None) -> dict:
+                reshard_group: int | None = None, ddp_bytes: float | None = None) -> dict:
     """Bytes one rank sends per step for ``strategy`` (a key of :data:`VOLUME_STRATEGIES`) on
     ``n_ranks``: ``param_bytes`` / ``grad_bytes`` = S of the all-gathers / of the gradient collective
     (default: the same). ``reshard_group`` r (FSDP2 int reshard): the backward all-gather runs over r
-    ranks. Returns {"ops", "sent_bytes", "vs_ddp"}. Taught in chapter 20 (and chapter 13's table)."""
+    ranks. ``vs_ddp`` divides by DDP's all-reduce of ``ddp_bytes`` (default ``grad_bytes``): DDP under
+    autocast all-reduces fp32 gradients (4 bytes per parameter, chapter 19) while an FSDP2 bf16 policy
+    gathers 2-byte parameters — pass each side's own bytes to compare what really moves.
+    Returns {"ops", "sent_bytes", "vs_ddp"}. Taught in chapter 20 (and chapter 13's table)."""
     checks.one_of("strategy", strategy, VOLUME_STRATEGIES)
     n = checks.count("n_ranks", n_ranks)
     p = checks.positive("param_bytes", param_bytes)
     g = p if grad_bytes is None else checks.positive("grad_bytes", grad_bytes)
+    d = g if ddp_bytes is None else checks.positive("ddp_bytes", ddp_bytes)
     ops = VOLUME_STRATEGIES[strategy]
     sent, gathers = 0.0, 0
     for op in ops:
@@ -98,7 +102,7 @@ def step_volume(strategy: str, n_ranks: int, param_bytes: float, grad_bytes: flo
             sent += bus_factor(op, r) * p
         else:
             sent += bus_factor(op, n) * g
-    ddp = bus_factor("all_reduce", n) * g
+    ddp = bus_factor("all_reduce", n) * d
     return {"ops": ops, "sent_bytes": sent, "vs_ddp": sent / ddp if ddp else float("nan")}
 
 
