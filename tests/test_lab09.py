@@ -40,6 +40,8 @@ def test_the_ticket_draws_the_hang_and_the_job_shows_none():
         hw.HangJob("17-nottheticket")
     with pytest.raises(ValueError, match="timeout_s"):
         hw.HangJob(3).run("/nonexistent-hang", timeout_s=1)
+    with pytest.raises(TypeError, match="folder must be a folder path"):
+        hw.HangJob(3).run(3)
 
 
 def _checks():
@@ -75,22 +77,23 @@ def test_each_cause_live_is_read_from_the_dumps_and_graded_on_them(tmp_path):
     for seed in range(4):
         job = hw.HangJob(seed)
         t0 = dt.datetime.now(dt.timezone.utc)
-        run = job.run(tmp_path / f"hang{seed}")
+        run = job.run(tmp_path / "hang")                 # one parent: each run in a new subfolder (run-1, run-2, …)
         took = (dt.datetime.now(dt.timezone.utc) - t0).total_seconds()
         print(f"seed {seed}: {run} in {took:.1f} s")
         assert took < 90                                # seconds, not minutes: the waiting ranks' timeout ends it
         want = hw._graded_hang(seed, None)
-        got = hw._graded_reading(run.files, run.evidence(), pid=os.getpid(),
+        got = hw._graded_reading(run.files, run.outcome(), pid=os.getpid(),
                                  written_at=dt.datetime.now(dt.timezone.utc).isoformat(), seed=seed, key=None)
         dg = got["dg"]
         assert (dg.culprits, dg.seq, dg.op, got["cause"]) == ([want["rank"]], want["seq"], "all_reduce", want["kind"])
         assert _answer(run) == {"rank": want["rank"], "seq": want["seq"], "op": "all_reduce", "cause": want["kind"]}
         assert not any(c in repr(run) for c in ("loader", "skip", "size mismatch"))   # the run names no fault
+        assert run.folder == tmp_path / "hang" / f"run-{seed + 1}"
         runs[seed] = run
 
     def book(root, seed, answer, run=None, **over):
         b = EvidenceBook("lab09_collectives", root=root)
-        launch = over.pop("launch", run.evidence() if run is not None else None)
+        launch = over.pop("launch", run.outcome() if run is not None else None)
         b.submit("q5", answer=answer, seed=seed, files=run.files if run is not None else [], launch=launch, **over)
         return root
 
@@ -114,10 +117,10 @@ def test_each_cause_live_is_read_from_the_dumps_and_graded_on_them(tmp_path):
 
     # an earlier execution's run pasted in: another kernel launched it — or, with its pid rewritten, its
     # collectives were recorded before this launch
-    stale = dict(runs[2].evidence(), pid=os.getpid() + 1)
+    stale = dict(runs[2].outcome(), pid=os.getpid() + 1)
     res = _grade(book(tmp_path / "other-pid", 2, right, runs[2], launch=stale))
     assert "not by the kernel that recorded" in res["q5-hidden"]["message"]
-    later = dict(runs[2].evidence(), started_at=dt.datetime.now(dt.timezone.utc).isoformat())
+    later = dict(runs[2].outcome(), started_at=dt.datetime.now(dt.timezone.utc).isoformat())
     later["ended_at"] = later["started_at"]
     res = _grade(book(tmp_path / "earlier", 2, right, runs[2], launch=later))
     assert "recorded outside this notebook's launch" in res["q5-hidden"]["message"]

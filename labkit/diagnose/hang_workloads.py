@@ -147,8 +147,8 @@ class HangRun:
     error: str
     launch: dict = field(default_factory=dict)
 
-    def evidence(self) -> dict:
-        """The outcome and stamp as an evidence value (``book.submit(..., launch=run.evidence())``). Lab 9."""
+    def outcome(self) -> dict:
+        """The outcome and stamp as an evidence value (``book.submit(..., launch=run.outcome())``). Lab 9."""
         return {**self.launch, "failed_rank": self.failed_rank, "exit_code": self.exit_code,
                 "timed_out": self.timed_out, "error": self.error}
 
@@ -156,7 +156,7 @@ class HangRun:
         ranks = sorted(int(p.name.rsplit("_", 1)[-1].split(".")[0]) for p in self.files)
         what = ("the job finished" if self.failed_rank is None and not self.timed_out else
                 f"launch: {self.error}" if self.error else "the launch failed")
-        return f"HangRun({what}; dumps of ranks {ranks} in {self.folder.name}/)"
+        return f"HangRun({what}; dumps of ranks {ranks} in {self.folder.parent.name}/{self.folder.name}/)"
 
 
 class HangJob:
@@ -176,9 +176,10 @@ class HangJob:
                 f"collective timeout {JOB_TIMEOUT_S:g} s)")
 
     def run(self, folder, *, timeout_s: float = 180) -> HangRun:
-        """Launch the job on ``JOB_RANKS`` gloo ranks with the Flight Recorder armed (``folder``: new or empty, one
-        dump per rank lands there); it hangs and ends in seconds (the waiting ranks' collective timeout, or the
-        launch's ``timeout_s``). Returns :class:`HangRun`. Taught in lab 9."""
+        """Launch the job on ``JOB_RANKS`` gloo ranks with the Flight Recorder armed, one dump per rank in a new
+        subfolder of ``folder`` (``run-1``, ``run-2``, …: a re-run never meets an earlier run's dumps); it hangs and
+        ends in seconds (the waiting ranks' collective timeout, or the launch's ``timeout_s``). Returns
+        :class:`HangRun`. Taught in lab 9."""
         import datetime as dt
         import os
 
@@ -193,6 +194,13 @@ class HangJob:
         def now() -> str:
             return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
 
+        if not isinstance(folder, str | os.PathLike) or not os.fspath(folder).strip():
+            raise checks.ArgumentTypeError(f"folder must be a folder path for the ranks' dumps, got {folder!r}")
+        base = Path(folder)
+        base.mkdir(parents=True, exist_ok=True)
+        n = 1 + max((int(p.name[4:]) for p in base.glob("run-*") if p.name[4:].isdigit()), default=0)
+        folder = base / f"run-{n}"
+        folder.mkdir()
         started = now()
         err = None
         try:
@@ -201,7 +209,6 @@ class HangJob:
         except LaunchError as e:
             err = e
         ended = now()
-        folder = Path(folder)
         files = sorted((p for p in folder.glob(f"{FR_FILE_PREFIX}*") if p.is_file()), key=lambda p: p.name)
         error = ""
         if err is not None:
@@ -217,7 +224,7 @@ class HangJob:
 
 def _graded_reading(files, launch, *, pid, written_at, seed, key: str | None) -> dict:
     """The grader's reading of a learner's recorded hang (lab 9's hidden checks): ``files`` — the dumps the
-    evidence lists (already SHA-checked), ``launch`` — :meth:`HangRun.evidence`, ``pid``/``written_at`` — the
+    evidence lists (already SHA-checked), ``launch`` — :meth:`HangRun.outcome`, ``pid``/``written_at`` — the
     kernel that wrote the evidence and when. Checks, each a ValueError saying what failed: the ticket (with ``key``,
     one it issued); the dumps read, of this execution (the launch's process is the evidence's kernel, it ended before
     the evidence was written, and every collective in the dumps was recorded inside it) and of the ticket's job (its
@@ -238,7 +245,7 @@ def _graded_reading(files, launch, *, pid, written_at, seed, key: str | None) ->
         return t if t.tzinfo is not None else None
 
     if not isinstance(launch, dict):
-        raise ValueError("no launch recorded with the dumps (record launch=run.evidence() of HangJob.run)")
+        raise ValueError("no launch recorded with the dumps (record launch=run.outcome() of HangJob.run)")
     start, end, written = utc(launch.get("started_at")), utc(launch.get("ended_at")), utc(written_at)
     if launch.get("pid") != pid or None in (start, end, written):
         raise ValueError(f"the job was launched by process {launch.get('pid')!r}, not by the kernel that recorded "
