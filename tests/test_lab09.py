@@ -1,7 +1,7 @@
 """Lab 9's q5: a hung job drawn from the learner's ticket (``diagnose.hang_workloads.HangJob``), its rank, collective
 and cause named from the ranks' Flight Recorder dumps and the launch's outcome, graded by re-reading the recorded dumps.
 
-Live: practice seeds 0-3 draw the four causes (size, skip, exit, loader); each job runs once on 4 gloo ranks and the
+Live: practice seeds 0, 4, 2, 3 draw the four causes (size, skip, exit, loader); each job runs once on 4 gloo ranks and the
 grader's reading of its dumps must name the seeded rank, collective and cause — then lab09's own hidden checks are
 run on evidence recorded from those runs: the instructor's answer passes, a wrong cause, a typed-in answer with no
 dumps, dumps copied from another ticket's job and dumps of an earlier execution fail."""
@@ -17,6 +17,7 @@ from labkit.grading import EvidenceBook, load_lab
 from labkit.grading.checker import run_checks
 
 KEY = "test-course-key-0123456789"
+LIVE = (0, 4, 2, 3)            # practice seeds drawing size, skip, exit, loader
 
 
 def test_the_ticket_draws_the_hang_and_the_job_shows_none():
@@ -24,7 +25,9 @@ def test_the_ticket_draws_the_hang_and_the_job_shows_none():
     assert {d["kind"] for d in draws.values()} == set(hw.CAUSES)
     assert {d["rank"] for d in draws.values()} == set(range(hw.JOB_RANKS))
     assert {d["step"] for d in draws.values()} == {2, 3} and len({d["numel"] for d in draws.values()}) > 300
-    assert [draws[s]["kind"] for s in range(4)] == ["size", "skip", "exit", "loader"]   # the live tests' seeds
+    # the live test's seeds: seed 4 skips at step 2 of 4, and the hang shows at #4 (collectives pair by order)
+    assert [(draws[s]["kind"], draws[s]["step"]) for s in LIVE] == [("size", 2), ("skip", 2), ("exit", 3), ("loader", 2)]
+    assert hw._graded_hang(4, None)["seq"] == hw.JOB_STEPS == 4 and hw._graded_hang(0, None)["seq"] == 2
     assert "lab09_collectives" in tickets.KEYED_LABS
     t = tickets.issue(KEY, "lab09_collectives", 5)
     assert hw._graded_hang(t, KEY)["kind"] in hw.CAUSES and hw._draw(t) != hw._draw(5)   # the tag draws, not the seed
@@ -74,7 +77,7 @@ def test_each_cause_live_is_read_from_the_dumps_and_graded_on_them(tmp_path):
     import datetime as dt
 
     runs = {}
-    for seed in range(4):
+    for i, seed in enumerate(LIVE):
         job = hw.HangJob(seed)
         t0 = dt.datetime.now(dt.timezone.utc)
         run = job.run(tmp_path / "hang")                 # one parent: each run in a new subfolder (run-1, run-2, …)
@@ -88,7 +91,7 @@ def test_each_cause_live_is_read_from_the_dumps_and_graded_on_them(tmp_path):
         assert (dg.culprits, dg.seq, dg.op, got["cause"]) == ([want["rank"]], want["seq"], "all_reduce", want["kind"])
         assert _answer(run) == {"rank": want["rank"], "seq": want["seq"], "op": "all_reduce", "cause": want["kind"]}
         assert not any(c in repr(run) for c in ("loader", "skip", "size mismatch"))   # the run names no fault
-        assert run.folder == tmp_path / "hang" / f"run-{seed + 1}"
+        assert run.folder == tmp_path / "hang" / f"run-{i + 1}"
         runs[seed] = run
 
     def book(root, seed, answer, run=None, **over):

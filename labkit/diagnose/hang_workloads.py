@@ -100,15 +100,16 @@ def _draw(seed) -> dict:
 
 
 def _graded_hang(seed, key: str | None) -> dict:
-    """The grader's view: ``seed``'s draw plus ``seq``, the collective its hang shows at (a skip shows one later:
-    the skipping rank's next all-reduce completes the others' one); with the instructor's ``key`` only a ticket it
-    issued (ValueError otherwise, :func:`labkit.tickets.verify`)."""
+    """The grader's view: ``seed``'s draw plus ``seq``, the collective its hang shows at — a skip shows at the last
+    step's (``JOB_STEPS``), whatever its step: collectives pair by their order on the group, so the skipping rank's
+    later all-reduces complete the others' earlier ones and only the others' last one is left unmatched; with the
+    instructor's ``key`` only a ticket it issued (ValueError otherwise, :func:`labkit.tickets.verify`)."""
     from labkit import tickets
 
     if key is not None:
         tickets.verify(key, LAB, seed)
     d = _draw(seed)
-    return {**d, "seq": d["step"] + (d["kind"] == "skip")}
+    return {**d, "seq": JOB_STEPS if d["kind"] == "skip" else d["step"]}
 
 
 def _cause_of(dg, failed_rank) -> str | None:
