@@ -1,6 +1,6 @@
-"""Workload tickets: a lab's hidden fault drawn from a learner's seed with the instructor's key (labs 8 and 12).
+"""Workload tickets: a lab's hidden fault drawn from a learner's seed with the instructor's key (labs 2, 8, 9 and 12).
 
-A lab whose answer is a hidden fault (lab 12's bottleneck, lab 8's slow loader) draws it from what the learner's
+A lab whose answer is a hidden fault (lab 12's bottleneck, lab 8's slow loader, lab 9's hung rank) draws it from what the learner's
 parameters cell holds. A bare number (``SEED = 3``) is a *practice* workload: anyone can reproduce its draw, so a
 grader given a key refuses it. A **ticket** (``SEED = "3-5e0c1a9b77d2"``) is a seed and a tag, the tag an
 HMAC-SHA256 of the lab and the seed under the instructor's key (RFC 2104; Python's :mod:`hmac`): the course
@@ -24,10 +24,11 @@ from pathlib import Path
 
 __all__ = ["KEYED_LABS", "keyed_lab", "issue", "parse", "verify", "read_key", "write_tickets"]
 
-KEYED_LABS = ("lab02_profiler", "lab08_data_pipeline", "lab12_capstone")      # labs whose hidden fault a ticket draws
+KEYED_LABS = ("lab02_profiler", "lab08_data_pipeline", "lab09_collectives", "lab12_capstone")      # labs whose hidden fault a ticket draws
 # what a practice seed's draw hashes (lab 12's kept from before tickets: seed 0, the course's CI seed, stays the slow
 # loader and the stored outputs stay true)
-_PRACTICE = {"lab12_capstone": "labkit-capstone", "lab08_data_pipeline": "labkit-lab08", "lab02_profiler": "labkit-mystery-run"}
+_PRACTICE = {"lab12_capstone": "labkit-capstone", "lab08_data_pipeline": "labkit-lab08", "lab02_profiler": "labkit-mystery-run",
+             "lab09_collectives": "labkit-lab09-hang"}
 TAG_HEX = 12                                                # 48 bits of HMAC: not guessable by trying
 _TICKET = re.compile(rf"^(\d{{1,9}})-([0-9a-f]{{{TAG_HEX}}})$")
 

@@ -299,7 +299,7 @@ def _lab09_book(root, seed=3, alpha=100e-6, beta=1 / 3e9, noise=0.04, held_spike
 
 def _lab09_run(root, params=None):
     checks = [{"id": c.id, "question": c.question, "weight": c.weight, "source": c.source}
-              for c in load_lab("lab09_collectives").checks]
+              for c in load_lab("lab09_collectives").checks if c.question != "q5"]   # q5's dumps: tests/test_lab09.py
     res = run_checks({"lab": "lab09_collectives", "work_root": str(root), "checks": checks, "params": params or {}})
     return {r["id"]: r for r in res}
 

@@ -197,7 +197,7 @@ def test_lab01_mfu_above_one_against_a_measured_peak_is_noted_against_a_catalogu
 
 
 @pytest.mark.parametrize("lab_id, question", [("lab04_attention", "q1"), ("lab07_memory_precision", "q3"),
-                                              ("lab10_planner", "q3")])
+                                              ("lab10_planner", "q3"), ("lab09_collectives", "q5")])
 def test_the_prompt_says_what_to_do_not_the_code(lab_id, question):
     """issue 33: these prompts carried their solution's code. The question's prompt (the markdown cell before its
     answer cell) shares no 24-character stretch of code with the solution (whitespace and backticks ignored)."""

@@ -97,7 +97,7 @@ def register(subparsers) -> None:
     p.add_argument("--roster", metavar="CSV", help="class list: student_id, name, login, canvas_id, moodle_id")
     p.add_argument("--feedback-values", choices=["show", "hide"], default="hide",
                    help="whether the learner's feedback .md shows the values the checks expected (default hide)")
-    p.add_argument("--key-file", metavar="FILE", help="the instructor's key (labs 8 and 12: the hidden checks "
+    p.add_argument("--key-file", metavar="FILE", help="the instructor's key (labs 2, 8, 9 and 12: the hidden checks "
                    "accept only tickets it issued, see labkit release --key-file); kept out of every submission")
     p.add_argument("--shard", metavar="i/N", help="grade only the i-th of every N students (sorted by id)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -14,7 +14,7 @@ examples:
   labkit release --course ~/labkit --from /opt/labkit/course # a learner's copy from a released tree (hub)
   labkit release lab12_capstone --out ~/course-release/ --key-file course.key --tickets ~/lab12-tickets.csv
 
---key-file with --tickets (labs 8 and 12): write one ticket per seat (seat,seed,ticket; --seats, default 40) to a
+--key-file with --tickets (labs 2, 8, 9 and 12): write one ticket per seat (seat,seed,ticket; --seats, default 40) to a
 new CSV outside --out; give each learner theirs for SEED, and grade with the same --key-file. The key and the
 tickets never enter the released lab.
 
@@ -80,7 +80,7 @@ def handler(args) -> int:
     if len(modes) != 1:
         raise ValueError("labkit release: give exactly one of LAB (with --out), --course DIR or --course-tree DIR")
     if (args.key_file or args.tickets) and not args.lab:
-        raise ValueError("labkit release: --key-file and --tickets go with LAB --out DIR (labs 8 and 12)")
+        raise ValueError("labkit release: --key-file and --tickets go with LAB --out DIR (labs 2, 8, 9 and 12)")
     if args.tree and not args.course:
         raise ValueError("labkit release: --from TREE goes with --course DIR")
     import tempfile

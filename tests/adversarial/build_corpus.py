@@ -136,7 +136,8 @@ def real_lab_corpus() -> dict:
     must not trip over it (a 1.5x inflation pushed the record's MFU past 100 % — q2's sanity bound — whenever
     a loaded machine depressed the measured peak enough that the real MFU exceeded 2/3; at 1.1x that needs a
     real MFU above 91 %). lab03, lab04, lab06, lab08 and lab10: see :func:`_lab03_forged`, :func:`_lab04_forged`,
-    :func:`_lab06_inflated`, :func:`_lab08_forged`, :func:`_lab10_typed_in` and :func:`_lab10_copied`. The oracle
+    :func:`_lab06_inflated`, :func:`_lab08_forged`, :func:`_lab09_hang_typed_in`, :func:`_lab10_typed_in` and
+    :func:`_lab10_copied`. The oracle
     readers (answers from labkit's own hidden draw, read in the learner's kernel): :func:`_lab12_oracle`,
     :func:`_lab12_oracle_two_runs`, :func:`_lab08_oracle`.
     """
@@ -145,7 +146,7 @@ def real_lab_corpus() -> dict:
                     "record.mfu *= 1.1\nrecord.save(baseline_path)")
     return {"lab01_inflated": lab01, "lab03_forged": _lab03_forged(), "lab04_forged": _lab04_forged(),
             "lab06_inflated": _lab06_inflated(), "lab11_quieter": _lab11_quieter(),
-            "lab09_forged": _lab09_forged(),
+            "lab09_forged": _lab09_forged(), "lab09_hang_typed_in": _lab09_hang_typed_in(),
             "lab08_forged": _lab08_forged(), "lab10_forged": _lab10_forged(),
             "lab10_typed_in": _lab10_typed_in(), "lab10_copied": _lab10_copied(),
             "lab12_forged": _lab12_forged(), "lab12_oracle": _lab12_oracle(), "lab12_oracle_two_runs":
@@ -214,6 +215,14 @@ def _lab09_forged():
     return _forged("lab09_collectives", "q1", "table = bench.table",
                    "table = bench.table\n"
                    "table[\"p10_us\"] *= 0.9  # a faster link, typed in")
+
+
+def _lab09_hang_typed_in():
+    """lab09 with q5's hung job never run and its answer typed in (the rank, collective and cause of practice seed 0's
+    hang, as the instructor's stored output shows them): both q5 checks re-read the recorded dumps, and there are
+    none, so q5 scores 0; q1-q4 are the real work and keep their points."""
+    return _answered("lab09_collectives", "q5",
+                     'answer_q5 = {"rank": 1, "seq": 2, "op": "all_reduce", "cause": "size"}  # typed in: no run, no dumps')
 
 
 def _lab08_forged():
