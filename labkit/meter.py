@@ -23,6 +23,12 @@ events completed long ago, so this rarely waits). On CPU it uses ``time.perf_cou
 ``warmup_steps`` are not recorded (allocator warm-up, cuDNN autotune, compilation). Statistics are
 median / p10 / p90 (:class:`labkit.record.Stat`).
 
+With the host clock the meter also reads this process's CPU seconds per step (``time.process_time``, all
+threads): ``record.extra["cpu_step_time"]``. On an oversubscribed CPU the wall time of a step carries the
+scheduler's share of the cores — the neighbours' load — while its CPU time carries the step's own work;
+CPU time misses waiting (sleeps, I/O, another rank), so it is a figure for CPU-bound steps (chapter 28, lab 11:
+a regression monitor on a shared machine).
+
 A ``"data"`` phase timed with CUDA events measures how long the *GPU* sat idle waiting for the host to
 deliver the batch — the exposed data wait, which is what matters; likewise ``"comm"`` times what the
 stream could see of a blocking collective.
@@ -34,6 +40,7 @@ Taught in chapter 7 (timing).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from labkit import checks
@@ -180,7 +187,9 @@ class Meter:
         self.label = label
         self.max_pending = max_pending
         self._seen = 0                # steps begun, warm-up included
-        self._current = None          # [start, end, tokens, [(phase, s, e), ...]]
+        self._current = None          # [start, end, tokens, [(phase, s, e), ...], CPU seconds at start]
+        self._host = getattr(clock, "kind", "") == "perf_counter"   # CPU seconds per step: host clock only
+        self._cpu_steps: list[float] = []
         self._pending: list = []
         self._steps: list[float] = []
         self._tokens: list = []
@@ -221,7 +230,8 @@ class Meter:
             if isinstance(tokens, bool) or int(tokens) <= 0:
                 raise ValueError(f"tokens={tokens!r} must be a positive int (real tokens in the step)")
             tokens = int(tokens)
-        self._current = [self._clock.mark(), None, tokens if tokens is not None else self.tokens_per_step, []]
+        self._current = [self._clock.mark(), None, tokens if tokens is not None else self.tokens_per_step, [],
+                         time.process_time() if self._host else None]
 
     def _end(self, failed: bool):
         cur = self._current
@@ -231,6 +241,8 @@ class Meter:
         if failed:
             return
         cur[1] = self._clock.mark()
+        if cur[4] is not None:
+            self._cpu_steps.append(time.process_time() - cur[4])
         self._pending.append(cur)
         if len(self._pending) >= self.max_pending:
             self._resolve(len(self._pending) // 2)
@@ -238,7 +250,7 @@ class Meter:
     def _resolve(self, n: int | None = None):
         todo = self._pending if n is None else self._pending[:n]
         el = self._clock.elapsed
-        for start, end, tokens, phases in todo:
+        for start, end, tokens, phases, _ in todo:
             self._steps.append(el(start, end))
             self._tokens.append(tokens)
             per: dict[str, float] = {}
@@ -358,6 +370,8 @@ class Meter:
             device["name"] = torch.cuda.get_device_name(self.device)
             peak_mem = int(torch.cuda.max_memory_allocated(self.device))
         extra = {k: s[k] for k in ("mfu_error", "hfu_error") if k in s}
+        if self._cpu_steps and len(self._cpu_steps) == len(self._steps):
+            extra["cpu_step_time"] = dataclasses.asdict(Stat.of(self._cpu_steps))   # this process's CPU s/step
         tokens_per_step = self.tokens_per_step
         real = [t for t in self._tokens if t is not None]
         if real and len(real) == len(self._tokens) and min(real) != max(real):

@@ -40,7 +40,8 @@ import numpy as np
 from labkit import checks
 
 __all__ = ["NoiseModel", "SeriesMonitor", "SeriesVerdict", "MonitorRates", "monitor_rates", "size_monitor",
-           "series_figures", "mad_consistency", "diff_consistency", "MAD_TO_SIGMA", "MEDIAN_SE"]
+           "series_figures", "mad_consistency", "diff_consistency", "MAD_TO_SIGMA", "MEDIAN_SE", "FIGURES",
+           "train_series"]
 
 MAD_TO_SIGMA = 1.4826         # σ of a normal = 1.4826 × its median absolute deviation
 MEDIAN_SE = math.sqrt(math.pi / 2)   # se(median) = 1.2533 σ/√n for large n (normal data)
@@ -93,12 +94,17 @@ def _figures(name: str, values, min_size: int = 1) -> np.ndarray:
     return np.array(out)
 
 
+FIGURES = ("step_time_median", "tokens_per_s", "cpu_time_median")
+
+
 def series_figures(records, metric: str = "step_time_median") -> list[float]:
-    """One figure per run from RunRecords (or their dicts): ``"step_time_median"`` (seconds, lower is
-    better) or ``"tokens_per_s"`` (higher is better). Taught in chapter 28."""
+    """One figure per run from RunRecords (or their dicts): ``"step_time_median"`` (wall seconds per step,
+    lower is better), ``"tokens_per_s"`` (higher is better) or ``"cpu_time_median"`` (this process's CPU seconds
+    per step, ``record.extra["cpu_step_time"]``, lower is better: on a shared CPU it carries the step's own
+    work, not the neighbours' load — lab 11). Taught in chapter 28."""
     from labkit.record import RunRecord
 
-    checks.one_of("metric", metric, ("step_time_median", "tokens_per_s"))
+    checks.one_of("metric", metric, FIGURES)
     if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
         raise checks.ArgumentTypeError(f"records must be a list of RunRecords, got {type(records).__name__}")
     out = []
@@ -107,7 +113,14 @@ def series_figures(records, metric: str = "step_time_median") -> list[float]:
             r = RunRecord.from_dict(r)
         if not isinstance(r, RunRecord):
             raise checks.ArgumentTypeError(f"records[{i}] must be a RunRecord or its dict, got {type(r).__name__}")
-        out.append(r.step_time.median if metric == "step_time_median" else r.tokens_per_s)
+        if metric == "cpu_time_median":
+            cpu = r.extra.get("cpu_step_time")
+            if not isinstance(cpu, dict) or "median" not in cpu:
+                raise ValueError(f"records[{i}] has no CPU seconds per step (extra['cpu_step_time']): it was not "
+                                 "timed with the host clock (a CPU run of labkit's trainer records them)")
+            out.append(cpu["median"])
+        else:
+            out.append(r.step_time.median if metric == "step_time_median" else r.tokens_per_s)
     return _figures("records' figures", out).tolist()
 
 
@@ -375,3 +388,38 @@ def size_monitor(sigma: float, *, slowdown: float = 0.05, power: float = 0.95, z
                          "told from this noise — reduce the run-to-run spread first")
     return SeriesMonitor(baseline_runs=b, candidate_runs=c, min_effect=min_effect, z=z,
                          higher_is_better=higher_is_better)
+
+
+def train_series(cfgs) -> list[dict]:
+    """Train each :class:`labkit.train.TrainConfig` of ``cfgs`` in turn in this process (``labkit.train.train``) —
+    one run per config, the unit a regression monitor judges — and return their records as dicts, each stamped with
+    its ``"launch"``: this process's pid and the run's UTC start and end (what
+    :meth:`labkit.grading.evidence.Evidence.check_launched_here` binds to the execution that recorded them). Figures
+    of the runs: :func:`series_figures`. Taught in chapter 28 and lab 11."""
+    import datetime as dt
+    import os
+
+    from labkit.train.config import TrainConfig
+    from labkit.train.loop import train
+
+    if isinstance(cfgs, TrainConfig) or not hasattr(cfgs, "__iter__"):
+        raise checks.ArgumentTypeError(f"cfgs must be a list of TrainConfigs, got {type(cfgs).__name__}")
+    cfgs = list(cfgs)
+    if not cfgs or len(cfgs) > 10_000:
+        raise ValueError(f"cfgs holds {len(cfgs)} configs; train 1 to 10,000 runs")
+    for i, c in enumerate(cfgs):
+        if not isinstance(c, TrainConfig):
+            raise checks.ArgumentTypeError(f"cfgs[{i}] must be a labkit.train.TrainConfig, got {type(c).__name__}")
+        if c.parallel != "single" or c.tp * c.pp > 1:
+            raise ValueError(f"cfgs[{i}] has parallel={c.parallel!r}, tp={c.tp}, pp={c.pp}: train_series runs in this "
+                             "process; use parallel='single' (labkit.train.run_many launches ranks)")
+
+    def now() -> str:
+        return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+
+    out = []
+    for c in cfgs:
+        started = now()
+        rec = train(c)
+        out.append({**rec.to_dict(), "launch": {"pid": os.getpid(), "started_at": started, "ended_at": now()}})
+    return out

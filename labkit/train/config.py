@@ -48,8 +48,9 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   (every rank's training thread blocks outside any op once per step, as a hidden host sync would) and
   ``"straggler"`` (the same block on one rank only, ``straggler_rank``, so the others wait for it at the
   collectives; ``straggler_by="compute"`` spends it in matrix multiplies instead, ``"data"`` in that rank's
-  loader); ``inject_share`` is the share of a clean step the data/comm/host/straggler injection
-  adds unless ``data_slowdown_s``/``comm_pad_mb``/``host_stall_s`` fix it;
+  loader), ``"work"`` (every rank multiplies ``work_matmuls`` 128×128 matrices per step: a code regression of
+  known size, lab 11); ``inject_share`` is the share of a clean step the data/comm/host/straggler/work
+  injection adds unless ``data_slowdown_s``/``comm_pad_mb``/``host_stall_s``/``work_matmuls`` fix it;
 - **the data pipeline** (chapter 22): ``num_workers``, ``prefetch_factor``, ``persistent_workers``,
   ``pin_memory`` (the DataLoader's), ``dataset`` = ``"memmap"`` (the pre-tokenised token file) or
   ``"on_the_fly"`` (tokenised per sample), ``packing`` (False: one padded document per row);
@@ -75,7 +76,7 @@ PARALLEL = ("single", "ddp", "fsdp", "fsdp1")
 DTYPES = ("fp32", "bf16", "fp16")
 COMM_HOOKS = (None, "fp16", "bf16", "powersgd")                            # DDP communication hooks
 LOSS_SCALES = ("auto", "dynamic", "off")                                  # or a number: a static scale
-INJECTIONS = ("none", "data", "compute", "comm", "memory", "host", "straggler")
+INJECTIONS = ("none", "data", "compute", "comm", "memory", "host", "straggler", "work")
 #: what slows the straggler rank (chapter 9's critical path): a block outside any op, extra compute in ops,
 #: or a slow loader on that rank only
 STRAGGLER_KINDS = ("host", "compute", "data")
@@ -142,6 +143,7 @@ class TrainConfig:
     host_stall_s: float = 0.0           # per-step block outside any op (inject="host"/"straggler"; 0 → sized)
     straggler_rank: int | None = None   # the slow rank of inject="straggler" (None → the last rank)
     straggler_by: str = "host"          # what makes it slow: one of STRAGGLER_KINDS (labkit.train.inject)
+    work_matmuls: int = 0               # inject="work": 128×128 multiplies per step (0 → sized from inject_share)
     profile_dir: str | None = None      # torch.profiler chrome traces, one file per rank
     profile_steps: int | None = None    # record the last N steps (None → up to 3 after 2 skipped)
     device: str = "auto"
@@ -250,6 +252,9 @@ class TrainConfig:
         if self.straggler_by != "host" and self.inject != "straggler":
             bad("straggler_by", "it says what slows the straggler: use it with inject='straggler'")
         checks.fraction("TrainConfig.inject_share", self.inject_share, open_low=True, open_high=True)
+        checks.count("TrainConfig.work_matmuls", self.work_matmuls, at_least=0, at_most=10**7)
+        if self.work_matmuls and self.inject != "work":
+            bad("work_matmuls", "it sizes the extra work of inject='work': set inject='work' (or leave it 0)")
         if self.memory_budget_mb is not None:
             checks.positive("TrainConfig.memory_budget_mb", self.memory_budget_mb)
         if self.profile_steps is not None:

@@ -19,14 +19,24 @@ inject        what changes
               device queue to wait for, so the block is a sleep (SIMULATED cost, real time)
 ``straggler`` the same block on one rank only (``straggler_rank``, default the last): a slow node or
               a busy host; the other ranks wait for it inside the next step's gradient all-reduce
+``work``      every rank does a fixed amount of extra compute each step: ``work_matmuls`` multiplies
+              of two 128×128 fp32 matrices (2·128³ FLOPs each) at the end of the step — a regression
+              of known size (lab 11's slowdown to catch). Real work, not a sleep: it costs the same
+              CPU seconds on a busy machine as on an idle one, and its wall time grows with the load
+              like the step's own
 ============= ============================================================================
 
 :func:`plan` applies the compute and memory injections to the config before the model is built.
 :func:`size_injection` sizes the data, comm, host and straggler injections against *this machine's own
 clean step* (two un-injected steps are timed first) so that they add ``inject_share`` of a step whatever
-the load on a shared machine; ``data_slowdown_s`` / ``comm_pad_mb`` / ``host_stall_s`` fix them instead. What
-was used is in the record's config (``data_slowdown_s_used``, ``comm_pad_mb_used``,
-``host_stall_s_used``, ``micro_batch_requested``, ``memory_budget_bytes``).
+the load on a shared machine; ``data_slowdown_s`` / ``comm_pad_mb`` / ``host_stall_s`` fix them instead.
+:func:`size_work` sizes the work injection the same way, in multiplies: three clean steps and a block of
+multiplies are timed in this process's CPU seconds (on a GPU: wall time between synchronisations), and
+``work_matmuls`` = share / (1 − share) × the clean step ÷ one multiply, so the injected work is
+``inject_share`` of the slowed step (0.05: the step grows by 1/0.95 − 1 = 5.3 %); ``work_matmuls`` > 0 fixes
+it. What was used is in the record's config (``data_slowdown_s_used``, ``comm_pad_mb_used``,
+``host_stall_s_used``, ``work_matmuls_used``, ``work_flops_used``, ``micro_batch_requested``,
+``memory_budget_bytes``).
 
 Taught in chapter 14 (systematic diagnosis) and chapter 2 (the five bottleneck families).
 """
@@ -165,3 +175,62 @@ def calibrate(cfg, clean_step, device) -> tuple[float, float, float]:
         dist.all_reduce(knobs, op=dist.ReduceOp.MAX)
         slow, pad, stall = float(knobs[0]), float(knobs[1]), float(knobs[2])
     return slow, pad, stall
+
+
+WORK_SIDE = 128          # the work injection's matrices: 128×128 fp32, 2·128³ ≈ 4.2 MFLOP per multiply
+
+
+def work_flops(n_matmuls: int) -> int:
+    """FLOPs of the ``inject="work"`` injection's ``n_matmuls`` multiplies (2·n³ each, n = 128). Chapter 28."""
+    return 2 * WORK_SIDE ** 3 * int(n_matmuls)
+
+
+def do_work(n_matmuls: int, device):
+    """The work injection's extra compute: ``n_matmuls`` multiplies of 128×128 fp32 matrices on ``device``
+    (an averaging matrix, so the values stay bounded), one profiler op ``inject:work``. Returns the result
+    (callers may ignore it). Taught in chapter 28 and lab 11 (a regression of known size)."""
+    import torch
+    from torch.profiler import record_function
+
+    with record_function("inject:work"):
+        a = torch.full((WORK_SIDE, WORK_SIDE), 1.0 / WORK_SIDE, device=device)
+        b = torch.ones(WORK_SIDE, WORK_SIDE, device=device)
+        for _ in range(int(n_matmuls)):
+            b = a @ b
+    return b
+
+
+def size_work(cfg, clean_step, device) -> int:
+    """Multiplies per step (:func:`do_work`) that make ``inject="work"`` add ``inject_share`` of a step:
+    share / (1 − share) × the median of three clean steps ÷ the seconds of one multiply (timed over a block of
+    64), both in this process's CPU seconds on a CPU (the neighbours' load cancels) and in wall seconds between
+    synchronisations on a GPU; the largest over ranks, so every rank does the same work. ``cfg.work_matmuls`` > 0
+    is used as given. Taught in chapter 28 and lab 11."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    if cfg.work_matmuls:
+        return int(cfg.work_matmuls)
+    cuda = device.type == "cuda"
+    clock = time.perf_counter if cuda else time.process_time
+
+    def timed(fn):
+        if cuda:
+            torch.cuda.synchronize(device)
+        t0 = clock()
+        fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+        return clock() - t0
+
+    clean = statistics.median(timed(clean_step) for _ in range(3))
+    do_work(8, device)                                          # warm the kernel
+    per = statistics.median(timed(lambda: do_work(64, device)) for _ in range(3)) / 64
+    n = max(1, round(cfg.inject_share / (1 - cfg.inject_share) * clean / max(per, 1e-9)))
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        t = torch.tensor([n], dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        n = int(t[0])
+    return n

@@ -13,7 +13,8 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
     comm          only with inject="comm": the padded all-reduce
     optimizer     AdamW step (scaler.step + update: skipped on overflow), zero_grad — in the implementation
                   cfg.optimizer_impl names (for-loop / foreach / fused, labkit.train.optim, chapter 17)
-    (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase
+    (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase;
+                  with inject="work": the extra multiplies (op ``inject:work``), after the optimizer
     (between)     chapter 25 (labkit.train.adaptive.AdaptiveRun): the next step's accumulation and learning
                   rate, the held-out evaluation, the weight average
 
@@ -258,7 +259,7 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
     between = AdaptiveRun(cfg, model, opt, device, held_out(cfg, _dataset(cfg))[1], n,       # chapter 25: accum, lr, val, SWA
                           autocast=lambda: _autocast(cfg, device))
 
-    def step(meter=None, pad=None, last=False, stall=0.0, accum=None):
+    def step(meter=None, pad=None, last=False, stall=0.0, accum=None, work=0):
         loss = forward_backward(model, batches, cfg, device, meter, scaler, accum)
         if cfg.moe_experts:                   # chapter 26: expert gradients (ep > 1), the step's routing counts
             from labkit.train.expert_parallel import after_backward
@@ -285,6 +286,8 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
             if last and probe is not None:
                 probed.update(probe(model, opt, cfg))
             opt.zero_grad(set_to_none=True)
+        if work:
+            inject.do_work(work, device)        # lab 11: a regression of known size, real compute
         if stall:
             if cfg.straggler_by == "compute":
                 inject.busy_compute(stall, device)   # the straggler's extra work: matrix multiplies (ops)
@@ -292,7 +295,10 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
                 time.sleep(stall)       # the host stall: in the step, in no op and no phase
         return loss
 
-    pad, stall = None, 0.0
+    pad, stall, work = None, 0.0, 0
+    if cfg.inject == "work":
+        work = inject.size_work(cfg, step, device)
+        facts.update(work_matmuls_used=work, work_flops_used=inject.work_flops(work))
     if cfg.inject in ("data", "comm", "host", "straggler"):
         slow, pad_mb, stall_s = inject.calibrate(cfg, step, device)
         facts.update(data_slowdown_s_used=slow, comm_pad_mb_used=pad_mb, host_stall_s_used=stall_s)
@@ -316,7 +322,7 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
             k, on = between.before_step(), a <= i < b
             with meter.step(tokens=meter.tokens_per_step // cfg.first_accum * k):
                 losses.append(step(meter, pad if on else None, last=i == cfg.steps - 1, stall=stall if on else 0.0,
-                                   accum=k))
+                                   accum=k, work=work if on else 0))
             between.after_step(i, meter)
             if ckpt is not None:
                 ckpt.after_step(i)          # outside the step's timing: the save's stall is recorded apart

@@ -146,6 +146,7 @@ def real_lab_corpus() -> dict:
                     "record.mfu *= 1.1\nrecord.save(baseline_path)")
     return {"lab01_inflated": lab01, "lab03_forged": _lab03_forged(), "lab04_forged": _lab04_forged(),
             "lab06_inflated": _lab06_inflated(), "lab11_quieter": _lab11_quieter(),
+            "lab11_typed_in": _lab11_typed_in(),
             "lab09_forged": _lab09_forged(), "lab09_hang_typed_in": _lab09_hang_typed_in(),
             "lab08_forged": _lab08_forged(), "lab10_forged": _lab10_forged(),
             "lab10_typed_in": _lab10_typed_in(), "lab10_copied": _lab10_copied(),
@@ -201,10 +202,20 @@ def _lab06_inflated():
 
 
 def _lab11_quieter():
-    """lab11 with q1's σ halved before it is recorded ("a quieter machine", typed in): q1's check re-fits σ from
-    the recorded runs and must catch it; q2 and q3 use the real noise model, so they keep their points."""
-    return _forged("lab11_regression", "q1", "answer_q1 = noise.sigma",
-                   "answer_q1 = noise.sigma / 2  # a quieter machine, typed in")
+    """lab11 with q1's two σ halved before they are recorded ("a quieter machine", typed in): q1's check re-fits
+    both from the recorded runs and must catch it; q2 and q3 use the noise of the real runs, so they keep their
+    points."""
+    return _forged("lab11_regression", "q1", 'book.submit("q1", answer=answer_q1,',
+                   "answer_q1 = {k: v / 2 for k, v in answer_q1.items()}  # a quieter machine, typed in\n"
+                   'book.submit("q1", answer=answer_q1,')
+
+
+def _lab11_typed_in():
+    """lab11 with q3's live runs never made and the monitor's verdicts and the gate's exit codes typed in: both q3
+    checks re-derive the verdicts from the recorded runs and history files, and there are none, so q3 scores 0; q1
+    and q2 are the real work and keep their points."""
+    return _answered("lab11_regression", "q3",
+                     'answer_q3 = {"unchanged": "unchanged", "injected": "slower", "exit_codes": [0, 1]}  # typed in')
 
 
 def _lab09_forged():
