@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 from labkit import checks
 
-__all__ = ["bert_miniature", "run_bert_miniature", "overhead_plan"]
+__all__ = ["bert_miniature", "run_bert_miniature", "overhead_plan", "case_comparison"]
 
 
 def overhead_plan(case, unit_ms: float, every: int = 4) -> dict:
@@ -157,3 +157,63 @@ def run_bert_miniature(case=None, *, nprocs: int = 2, rounds: int = 6, timeout_s
     out = dict(res.value)
     out.update(ranks=len(res.ranks), wall_s=res.wall_s)
     return out
+
+
+def case_comparison(mini: dict, case=None) -> dict:
+    """Whether a miniature run (:func:`run_bert_miniature`'s result) reproduces the case's ratio between the
+    job with the overheads and the fixed job, from the run's own figures (ms, rank 0):
+
+    - ``case_ratio``: the case's measured ÷ overlapped step (200/135 = 1.48×); ``measured`` and ``ci``: the
+      A/B's job ÷ fixed median ratio and its bootstrap interval (inverted from ``fix.ratio``);
+    - ``floor_ms``: the calibrated overlapped step the stalls were scaled to; ``fixed_ms`` / ``job_ms``: the
+      A/B's medians; ``stalls_ms``: the injected stalls per step (data + logging + unexplained + the
+      checkpoint amortised); ``own_ratio``: (fixed + stalls) ÷ fixed — what the stalls give on the step the
+      fixed job actually ran;
+    - ``reproduces``: the case's ratio inside ``ci``; ``floor_drift``: fixed ÷ floor − 1, and whether it exceeds the
+      A/B's resolution (``drifted``); ``text``: the verdict in words, with the reason when it does not reproduce.
+
+    The stalls are fixed in ms at the calibration while the compute is not: when the fixed job's step runs
+    below (or above) the calibrated floor, the same stalls are a larger (smaller) share and the ratio moves
+    off the case's. Taught in chapter 30."""
+    from labkit.cases.bert import BertLargeCase, bert_large
+
+    c = bert_large() if case is None else case
+    if not isinstance(c, BertLargeCase):
+        raise checks.ArgumentTypeError(f"case must be a labkit.cases.BertLargeCase, got {type(c).__name__}")
+    need = ("fix", "step0_s", "plan_ms")
+    if not isinstance(mini, dict) or any(k not in mini for k in need):
+        raise ValueError(f"mini must be run_bert_miniature()'s result (a dict with keys {list(need)}), got "
+                         f"{type(mini).__name__} {mini!r:.60}")
+    fix, plan = mini["fix"], mini["plan_ms"]
+    job_ms, fixed_ms = statistics.median(fix.a) * 1e3, statistics.median(fix.b) * 1e3
+    floor_ms = mini["step0_s"] * 1e3
+    stalls = plan["data"] + plan["logging"] + plan["unexplained"] + plan["checkpoint_per_save"] / plan["checkpoint_every"]
+    case_ratio = c.measured_step_ms / c.step_ms(True)
+    measured, ci = 1 / fix.ratio, (1 / fix.ci[1], 1 / fix.ci[0])
+    own = (fixed_ms + stalls) / fixed_ms
+    drift = fixed_ms / floor_ms - 1
+    drifted = abs(drift) > fix.resolution
+    inside = ci[0] <= case_ratio <= ci[1]
+    head = (f"case {c.measured_step_ms:g}/{c.step_ms(True):g} = {case_ratio:.2f}×; measured job/fixed "
+            f"{job_ms:.1f}/{fixed_ms:.1f} ms = {measured:.2f}×, 95% CI [{ci[0]:.2f}, {ci[1]:.2f}]. ")
+    floor = (f"The fixed step ran {fixed_ms:.1f} ms against the calibrated floor of {floor_ms:.1f} ms "
+             f"({drift:+.0%}; the A/B resolves ±{fix.resolution:.0%}); the stalls, fixed at {stalls:.1f} ms per "
+             f"step, give ({fixed_ms:.1f} + {stalls:.1f})/{fixed_ms:.1f} = {own:.2f}× on the step the fixed job ran. ")
+    if inside and not drifted:
+        verdict = (f"REPRODUCES at this resolution: {case_ratio:.2f}× lies inside the interval — which is "
+                   f"{ci[1] / ci[0]:.1f}× wide, so the run cannot tell {case_ratio:.2f}× from {measured:.2f}×; only "
+                   "the direction is a claim.")
+    elif inside:
+        verdict = (f"INSIDE THE NOISE ONLY: {case_ratio:.2f}× lies inside the interval, but the fixed step left "
+                   "its floor by more than the resolution — the compute ran at another speed than at the "
+                   "calibration, so the stalls are another share of the step than the case's; only the "
+                   "direction is a claim.")
+    else:
+        why = ("the fixed step ran " + ("below" if drift < 0 else "above") + " its calibrated floor, so the "
+               "same stalls are " + ("a larger" if drift < 0 else "a smaller") + " share of it"
+               if drifted else "the job's stalls did not cost their planned time (sleep overshoot or contention)")
+        verdict = (f"DOES NOT REPRODUCE the case's ratio: {case_ratio:.2f}× lies outside the interval; {why}. "
+                   "The direction holds; the size is this machine's, not the case's.")
+    return {"case_ratio": case_ratio, "measured": measured, "ci": ci, "job_ms": job_ms, "fixed_ms": fixed_ms,
+            "floor_ms": floor_ms, "stalls_ms": stalls, "own_ratio": own, "floor_drift": drift,
+            "drifted": drifted, "reproduces": inside and not drifted, "text": head + floor + verdict}

@@ -150,7 +150,7 @@ def shape_efficiency(shape, *, micro_batch: int, tp: int, cluster, dtype: str = 
     ``dtype`` "fp8": the linear layers' GEMMs at the fp8 peak with 1-byte operands, the attention core at
     the bf16 peak with 2-byte ones. Taught in chapter 24."""
     frac = checks.fraction("achievable", achievable, open_low=True)
-    checks.one_of("dtype", dtype, ("fp32", "bf16", "fp16", "fp8"))
+    checks.one_of("dtype", dtype, ("fp32", "tf32", "bf16", "fp16", "fp8"))
     if not isinstance(shape, _model_shape()):
         raise checks.ArgumentTypeError(f"shape must be a labkit.flops.ModelShape, got {type(shape).__name__}")
     bw = getattr(getattr(cluster, "spec", None), "memory_bw", None)
@@ -162,12 +162,12 @@ def shape_efficiency(shape, *, micro_batch: int, tp: int, cluster, dtype: str = 
     for g in layer_gemms(shape, micro_batch=micro_batch, seq_len=seq_len, tp=tp, flash_attention=flash_attention):
         eight = dtype == "fp8" and g.fp8
         rate = frac * cluster.peak("fp8" if eight else low)
-        size = 1 if eight else (4 if low == "fp32" else 2)
+        size = 1 if eight else (4 if low in ("fp32", "tf32") else 2)
         weight = 1 if g.name == "logits" else shape.n_layers
         ideal += weight * g.flops / rate
         roof += weight * gemm_seconds(g, math_flops=rate, memory_bw=bw, operand_bytes=size)
     passes = 3 + _rerun_share(recompute, shape.n_layers)           # forward, 2 backward GEMMs, forward again
-    act = 4 if low == "fp32" else 2
+    act = 4 if low in ("fp32", "tf32") else 2
     traffic = activation_traffic_bytes(shape, micro_batch=micro_batch, tp=tp, recompute=recompute, seq_len=seq_len,
                                        sequence_parallel=sequence_parallel, flash_attention=flash_attention,
                                        dtype_bytes=act)

@@ -30,7 +30,7 @@ __all__ = ["STRATEGIES", "SCHEDULES", "RECOMPUTE", "DTYPES", "ORDERS", "Layout",
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-DTYPES = ("bf16", "fp16", "fp32", "fp8")
+DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
 ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")     # rank numbering, innermost first (Megatron-Core's ``order``)
 
 
@@ -48,6 +48,8 @@ class Layout:
     numbered, innermost first (:data:`ORDERS`; module docstring): "tp-cp-pp-dp" keeps TP × PP inside a node.
     ``dtype="fp8"``: the linear layers' GEMMs in fp8 (Transformer Engine's recipe: Micikevicius et al.
     2022, *FP8 Formats for Deep Learning*, arXiv:2209.05433), attention, norms and activations in bf16.
+    ``dtype="tf32"``: fp32 tensors whose matmuls run on the TF32 tensor cores (PyTorch's
+    ``torch.backends.cuda.matmul.allow_tf32``, False by default since 1.12); stored and sent as fp32.
 
     Taught in chapter 24 (choosing a parallel layout).
     """

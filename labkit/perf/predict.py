@@ -329,7 +329,7 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
     t_mb = compute / m                                      # one micro-batch, forward and backward, one stage
     bubble = (p - 1) / v * t_mb
     links = _Links(cl)
-    act_b = 4 if lay.dtype == "fp32" else 2                  # fp8: activations and gradients travel in bf16
+    act_b = 4 if lay.dtype in ("fp32", "tf32") else 2                  # fp8: activations and gradients travel in bf16
     s_loc = s // lay.cp
     act = lay.micro_batch * s_loc * shape.d_model * act_b   # b·s·h bytes of one micro-batch's activations
     comm, exposed, notes = {}, {}, []
@@ -385,7 +385,7 @@ def predict(model, layout: Layout, cluster: Cluster, *, global_batch: int, seq_l
         notes.append(f"DP ({lay.strategy}) over {dpg} ranks {where}: {grads / 1e9:.3g} GB of {lay.dtype} "
                      f"gradients per GPU, hiding under {how} (overlap {dp_overlap})")
     states = model_state_bytes(int(round(n_gpu_params)), strategy=_STATE_STRATEGY[lay.strategy], n_ranks=dpg,
-                               precision="fp32" if lay.dtype == "fp32" else "bf16_mixed")
+                               precision="fp32" if lay.dtype in ("fp32", "tf32") else "bf16_mixed")
     one_mb = activation_bytes(shape, lay.micro_batch, recompute=lay.recompute, tp=lay.tp,
                               sequence_parallel=lay.sequence_parallel, seq_len=s_loc, dtype_bytes=act_b,
                               flash_attention=lay.flash_attention)

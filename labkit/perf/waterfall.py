@@ -8,9 +8,12 @@ recomputed, questioned and changed:
 - the model is Llama 2 7B (Touvron et al. 2023, arXiv:2307.09288, Table 2: 32 layers, d_model 4096,
   32 heads, SwiGLU 11008, vocabulary 32000, 4096 tokens);
 - the cluster is one DGX A100 node (8 × A100-SXM-80GB, NVLink; :data:`labkit.perf.layout.CLUSTERS`);
-- the baseline is a plain first attempt: fp32, FSDP (DDP's 16 bytes/parameter of fp32 Adam states do not fit
-  in 80 GB), micro-batch 1, full recomputation, the s × s attention scores stored, no overlap, and a
-  synchronous checkpoint every 100 steps (the source's interval).
+- the baseline is a realistic first attempt: fp32 tensors with TF32 matmuls allowed
+  (``torch.set_float32_matmul_precision("high")`` — PyTorch's default keeps fp32 matmuls off the tensor
+  cores, ``torch.backends.cuda.matmul.allow_tf32 = False`` since 1.12, so a first attempt on an A100 turns
+  it on or uses autocast), FSDP (DDP's 16 bytes/parameter of fp32 Adam states do not fit in 80 GB),
+  micro-batch 1, full recomputation, the s × s attention scores stored, no overlap, and a synchronous
+  checkpoint every 100 steps (the source's interval).
 
 Each step of :data:`STEPS` changes one thing, names the chapter that teaches it and says what the model
 assumes about it. The order matters — a gain is measured against everything before it — and is stated.
@@ -33,15 +36,13 @@ LLAMA2_7B = flops.ModelShape(n_layers=32, d_model=4096, n_heads=32, vocab_size=3
 
 #: (chapter id, bar name, layout changes, predict() changes, the assumption the bar rests on), applied in order.
 STEPS = (
-    ("ch18", "mixed precision (bf16)", {"dtype": "bf16"}, {},
-     "the matmuls move from the fp32 peak (19.5 TFLOP/s, no TF32) to the bf16 tensor-core peak (312) at the same "
-     "achievable share; gradients are reduced in bf16"),
-    ("ch16", "fused attention (flash)", {"flash_attention": True}, {},
-     "the model counts FLOPs, not HBM bytes: fused attention changes memory here (the s×s scores are never "
-     "stored), and the next bar spends that memory"),
-    ("ch21", "no recomputation", {"recompute": "none"}, {},
-     "with flash attention the activations of one micro-batch fit without recomputation: 6·P·D instead of "
-     "8·P·D FLOPs per step"),
+    ("ch18", "mixed precision (bf16 autocast)", {"dtype": "bf16"}, {},
+     "the matmuls move from the TF32 tensor-core peak ({peak_tf32:g} TFLOP/s) to the bf16 one ({peak_bf16:g}) at the same achievable "
+     "share; activations and gradients take 2 bytes instead of 4"),
+    ("ch16+ch21", "fused attention → no recomputation", {"flash_attention": True, "recompute": "none"}, {},
+     "fused attention never stores the s×s scores; the model counts FLOPs, not HBM bytes, so its own speed-up is "
+     "not in this bar (a lower bound) — its memory is: it lets full recomputation go (6·P·D instead of 8·P·D "
+     "FLOPs per step)"),
     ("ch15", "micro-batch 1 → 4", {"micro_batch": 4}, {},
      "FSDP gathers the parameters and reduce-scatters the gradients once per micro-batch: 4× fewer "
      "micro-batches, 4× fewer collectives for the same global batch"),
@@ -136,11 +137,12 @@ def optimisation_waterfall(model=LLAMA2_7B, cluster_: Cluster | None = None, *, 
             raise ValueError(f"steps entry {s!r:.100} is not valid: give (chapter, name, layout changes, "
                              "{dp_overlap|achievable|checkpoint: …}, assumption) tuples, as "
                              "labkit.perf.waterfall.STEPS")
-    layout = dict(dp=cl.n_gpus, strategy="fsdp", micro_batch=1, recompute="full", dtype="fp32",
+    layout = dict(dp=cl.n_gpus, strategy="fsdp", micro_batch=1, recompute="full", dtype="tf32",
                   flash_attention=False)
     kw = {"dp_overlap": False, "achievable": "plain", "checkpoint": "sync"}
     base = ("baseline", "baseline", {}, {},
-            f"fp32, FSDP over {cl.n_gpus} GPUs, micro-batch 1, full recomputation, attention scores stored, no "
+            f"fp32 with TF32 matmuls allowed (PyTorch's default is off: allow_tf32=False since 1.12), FSDP over "
+            f"{cl.n_gpus} GPUs, micro-batch 1, full recomputation, attention scores stored, no "
             f"overlap, matmuls at {lo:.0%} of the peak, a synchronous checkpoint every {every} steps at "
             f"{rate / 1e9:g} GB/s per GPU")
     shard_bytes = CHECKPOINT_BYTES_PER_PARAM * flops.n_params(shape)
@@ -156,6 +158,14 @@ def optimisation_waterfall(model=LLAMA2_7B, cluster_: Cluster | None = None, *, 
         if not p.fits:
             raise ValueError(f"the bar {name!r} ({lay.describe()}) does not fit: {p.memory['total'] / 2**30:.1f} "
                              f"GiB of {cl.memory_bytes / 2**30:.0f} GiB per GPU; change the step or the global batch")
+        if "{peak_" in why:                                           # the cluster's datasheet peaks
+            why = why.format(**{f"peak_{d}": cl.peak(d) / 1e12 for d in ("tf32", "bf16")})
+        if lay_ch.get("flash_attention") and len(lay_ch) > 1:       # what the fused attention's memory enables
+            alone = predict(shape, replace(lay, flash_attention=False), cl, global_batch=B,
+                            achievable=hi if kw["achievable"] == "fused" else lo, dp_overlap=kw["dp_overlap"])
+            why = (f"{why}; without fused attention this layout needs {alone.memory['total'] / 2**30:.1f} GiB of "
+                   f"{cl.memory_bytes / 2**30:.0f} GiB per GPU ({'fits' if alone.fits else 'does not fit'}), with "
+                   f"it {p.memory['total'] / 2**30:.1f} GiB")
         ckpt = shard_bytes / lay.dp / rate / every if kw["checkpoint"] == "sync" else 0.0
         bar = Bar(chapter, name, why, p, ckpt)
         if bars:

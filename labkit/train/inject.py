@@ -28,7 +28,7 @@ inject        what changes
 
 :func:`plan` applies the compute and memory injections to the config before the model is built.
 :func:`size_injection` sizes the data, comm, host and straggler injections against *this machine's own
-clean step* (two un-injected steps are timed first) so that they add ``inject_share`` of a step whatever
+clean step* (two un-injected steps are timed first, then undone by :func:`rewound`) so that they add ``inject_share`` of a step whatever
 the load on a shared machine; ``data_slowdown_s`` / ``comm_pad_mb`` / ``host_stall_s`` fix them instead.
 :func:`size_work` sizes the work injection the same way, in multiplies: three clean steps and a block of
 multiplies are timed in this process's CPU seconds (on a GPU: wall time between synchronisations), and
@@ -42,6 +42,8 @@ Taught in chapter 14 (systematic diagnosis) and chapter 2 (the five bottleneck f
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import time
 
 from labkit.units import MIB
@@ -234,3 +236,37 @@ def size_work(cfg, clean_step, device) -> int:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         n = int(t[0])
     return n
+
+
+@contextlib.contextmanager
+def rewound(model, opt, scaler=None, logs=()):
+    """Run the block, then put the run back where it was before it: the model's parameters and buffers,
+    the optimizer's state (Adam's moments and step count), the loss scaler, torch's random-number state,
+    and the length of each list in ``logs``. :func:`calibrate` trains two real steps to time them; inside
+    this block an injected run still starts from the same weights as its clean twin, so their losses can be
+    compared step by step (chapter 25). The caller restarts its batch iterator. Taught in chapter 14."""
+    import torch
+
+    tensors = [t for t in (*model.parameters(), *model.buffers())]
+    saved = [t.detach().clone() for t in tensors]
+    opt_state = copy.deepcopy(opt.state_dict())
+    scaler_state = copy.deepcopy(scaler.state_dict()) if scaler is not None else None
+    rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    lengths = [len(log) for log in logs]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for t, v in zip(tensors, saved, strict=True):
+                t.copy_(v)
+        opt.load_state_dict(opt_state)
+        for p in model.parameters():
+            p.grad = None
+        if scaler is not None:
+            scaler.load_state_dict(scaler_state)
+        torch.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+        for log, n in zip(logs, lengths, strict=True):
+            del log[n:]

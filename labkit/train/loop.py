@@ -297,16 +297,18 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
 
     pad, stall, work = None, 0.0, 0
     if cfg.inject == "work":
-        work = inject.size_work(cfg, step, device)
+        with inject.rewound(model, opt, scaler, (scale_log, grad_log, moe_log, between._norms)):
+            work = inject.size_work(cfg, step, device)                  # three real steps, undone after
         facts.update(work_matmuls_used=work, work_flops_used=inject.work_flops(work))
+        batches = _batches(cfg, cfg.data_slowdown_s, n, device)        # from the first batch, as a clean run
     if cfg.inject in ("data", "comm", "host", "straggler"):
-        slow, pad_mb, stall_s = inject.calibrate(cfg, step, device)
+        with inject.rewound(model, opt, scaler, (scale_log, grad_log, moe_log, between._norms)):
+            slow, pad_mb, stall_s = inject.calibrate(cfg, step, device)   # two real steps, undone after
         facts.update(data_slowdown_s_used=slow, comm_pad_mb_used=pad_mb, host_stall_s_used=stall_s)
         stall = stall_s if inject.stalls_here(cfg, rank, n) else 0.0
         if stall and cfg.straggler_by == "data":     # the straggler's loader sleeps per sample instead
             slow, stall = stall / (cfg.micro_batch * cfg.first_accum), 0.0
-        if slow:
-            batches = _batches(cfg, slow, n, device)
+        batches = _batches(cfg, slow or cfg.data_slowdown_s, n, device)   # from the first batch, as a clean run
         if pad_mb:
             pad = torch.zeros(max(1, int(pad_mb * 2**20 / 4)), device=device)
     meter = report.meter_for(cfg, n, device)
