@@ -7,7 +7,9 @@ compute), memory copies and idle (host wait vs other), communication by collecti
 and algorithmic bandwidth where the trace records message sizes, data-loader wait, top ops, and
 stragglers (who arrives last at each collective, and how long the others wait for it;
 :mod:`labkit.trace.stragglers`). The definitions of every bucket are in :mod:`labkit.trace.breakdown`;
-HTA's own definitions (for a peer check) are in :mod:`labkit.trace.hta`.
+HTA's own definitions (for a peer check) are in :mod:`labkit.trace.hta`. A folder of ranks is read streamed
+(:mod:`labkit.trace.summary`): each rank is reduced to its summary in a worker, and the job's tables are built
+from the summaries (:func:`analysis_of`), so memory does not grow with the rank count.
 
 Algorithmic bandwidth is message bytes ÷ time (nccl-tests' ``algbw``,
 https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md); bytes come from
