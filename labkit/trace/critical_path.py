@@ -325,7 +325,6 @@ def _job_path(shared, ranks, index_of, kind, A, E, coll_step, bounds, first, end
     """Walk the whole profiled span once (a rank's lateness is often caused at the end of its previous
     step: a stall after the optimizer delays the next step's first collective), then cut the path into
     steps at each rank's own step boundaries."""
-    R = len(ranks)
     n = len(coll_step)
     L = A.max(axis=0) if n else np.zeros(0)
     last = A.argmax(axis=0) if n else np.zeros(0, dtype=int)
@@ -368,14 +367,12 @@ def _job_path(shared, ranks, index_of, kind, A, E, coll_step, bounds, first, end
         duration = sum(sum(p.values()) for p in by_rank.values())
         held = _held(np.flatnonzero(coll_step == sid), ranks, A, L, last)
         pacer = _pacer(held, by_rank, ranks)
-        waited, stretch = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, A, E, L, last, d0)
-        walked.append((sid, ps, by_rank, duration, held, pacer, waited, stretch))
-    # the stretches that made each pacer late, every rank's own, classified rank by rank
-    queries = [q for w in walked for q in w[7]]
-    got = iter(_classify_all(queries, index_of))
+        waited, j = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, A, L, last)
+        walked.append((sid, ps, by_rank, duration, held, pacer, waited, j))
+    own = _own_time(walked, ranks, index_of, A, E, d0)
     steps = []
-    for sid, ps, by_rank, duration, held, pacer, waited, stretch in walked:
-        excess = _excess(ranks.index(pacer), R, [next(got) for _ in stretch]) if stretch else {}
+    for k, (sid, ps, by_rank, duration, held, pacer, waited, j) in enumerate(walked):
+        excess = _excess(ranks.index(pacer), own[k]) if j is not None else {}
         t0 = min((p[1] for p in ps), default=0.0)
         if excess and max(excess.values()) > 0:
             cause = max(excess, key=excess.get)
@@ -410,32 +407,47 @@ def _pacer(held, by_rank, ranks) -> int:
     return max(non_comm, key=non_comm.get) if non_comm else ranks[0]
 
 
-def _lateness(pi, in_step, ranks, A, E, L, last, d0):
-    """The others' waits at the step's collectives the pacer reached last, and the stretches (rank, start,
-    end) that made it late, one per rank: from the end of the collective before the first one it reached
-    last (every rank leaves a collective together, so they start that stretch in step) to its arrival there.
-    Later collectives inherit the lateness: the others computed their next gradients while they waited,
-    so comparing those stretches would charge the pacer's inherited compute, whatever made it late."""
+def _lateness(pi, in_step, ranks, A, L, last):
+    """The others' waits at the step's collectives the pacer reached last, and the first of them (None if it
+    reached none last, or alone): the stretch that made the pacer late runs, on every rank, from the end of
+    the collective before it (every rank leaves a collective together, so they start that stretch in step)
+    to the rank's arrival there (:func:`_own_time`). Later collectives inherit the lateness: the others
+    computed their next gradients while they waited, so comparing those stretches would charge the pacer's
+    inherited compute, whatever made it late."""
     R = len(ranks)
     waited: dict[int, float] = {}
     reached_last = [j for j in in_step.tolist() if last[j] == pi]
     if R < 2 or not reached_last:
-        return waited, []
+        return waited, None
     for j in reached_last:
         for ri in range(R):
             if ri != pi:
                 waited[ranks[ri]] = waited.get(ranks[ri], 0.0) + max(L[j] - A[ri, j], 0.0) * US
-    j = reached_last[0]
-    return waited, [(ranks[ri], max(d0[ri], E[ri, j - 1]) if j > 0 else d0[ri], A[ri, j]) for ri in range(R)]
+    return waited, reached_last[0]
 
 
-def _excess(pi, R, classified) -> dict[str, float]:
-    """The pacer's excess per own cause over the median of the other ranks, from each rank's classified
-    stretch (:func:`_lateness`)."""
-    own = np.zeros((R, len(_OWN)))
-    for ri, parts in enumerate(classified):
-        for cause, (s, e) in parts:
-            if cause in _OWN:
-                own[ri, _OWN.index(cause)] += (e - s) * US
+def _own_time(walked, ranks, index_of, A, E, d0) -> np.ndarray:
+    """Seconds per own cause (:data:`_OWN`) each rank spent in the stretch before each step's first
+    collective its pacer reached last (steps × ranks × causes), rank by rank: one rank's index at a time,
+    each stretch reduced to its four sums as soon as it is classified."""
+    own = np.zeros((len(walked), len(ranks), len(_OWN)))
+    for ri, r in enumerate(ranks):
+        if all(w[7] is None for w in walked):
+            break
+        index = index_of(r)
+        for k, w in enumerate(walked):
+            j = w[7]
+            if j is None:
+                continue
+            a = max(d0[ri], E[ri, j - 1]) if j > 0 else d0[ri]
+            for cause, (s, e) in index.classify(a, A[ri, j]):
+                if cause in _OWN:
+                    own[k, ri, _OWN.index(cause)] += (e - s) * US
+        del index
+    return own
+
+
+def _excess(pi, own) -> dict[str, float]:
+    """The pacer's excess per own cause over the median of the other ranks (``own``: ranks × causes)."""
     others = np.median(np.delete(own, pi, axis=0), axis=0)
     return {c: float(own[pi, k] - others[k]) for k, c in enumerate(_OWN)}
