@@ -7,7 +7,9 @@ compute), memory copies and idle (host wait vs other), communication by collecti
 and algorithmic bandwidth where the trace records message sizes, data-loader wait, top ops, and
 stragglers (who arrives last at each collective, and how long the others wait for it;
 :mod:`labkit.trace.stragglers`). The definitions of every bucket are in :mod:`labkit.trace.breakdown`;
-HTA's own definitions (for a peer check) are in :mod:`labkit.trace.hta`.
+HTA's own definitions (for a peer check) are in :mod:`labkit.trace.hta`. A folder of ranks is read streamed
+(:mod:`labkit.trace.summary`): each rank is reduced to its summary in a worker, and the job's tables are built
+from the summaries (:func:`analysis_of`), so memory does not grow with the rank count.
 
 Algorithmic bandwidth is message bytes ÷ time (nccl-tests' ``algbw``,
 https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md); bytes come from
@@ -22,15 +24,12 @@ from typing import Any
 
 import numpy as np
 
-import labkit.intervals as iv
 from labkit import checks
-from labkit.trace.breakdown import COLUMNS, RankView
-from labkit.trace.load import CPU_OP, KERNEL
-from labkit.trace.runs import read_ranks
-from labkit.trace.stragglers import stragglers as _stragglers
+from labkit.trace.breakdown import COLUMNS
+from labkit.trace.stragglers import stragglers_of
 from labkit.units import GB, US
 
-__all__ = ["analyze", "TraceAnalysis"]
+__all__ = ["analyze", "analysis_of", "TraceAnalysis"]
 
 _PARTS = ("compute", "comm_exposed", "memcpy", "idle_host_wait", "idle_other")
 
@@ -272,29 +271,40 @@ def analyze(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_eve
 
     Taught in chapter 9.
     """
-    import pandas as pd
 
     if steps is not None:
         if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
             raise checks.ArgumentTypeError(f"steps={steps!r} must be None or an iterable of step numbers")
         steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
-    events = read_ranks(path, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events, workers=workers)
-    views = [RankView(ev) for ev in events]
-    kinds = {v.kind for v in views}
+    from labkit.trace.summary import summarize_ranks
+
+    sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
+                           workers=workers)
+    return analysis_of(sums, steps=steps)
+
+
+def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
+    """:func:`analyze` from per-rank summaries (:func:`labkit.trace.summary.summarize` of each rank's
+    :class:`~labkit.trace.breakdown.RankView` in memory, or :func:`labkit.trace.summary.summarize_ranks`,
+    streamed), in rank order; ``steps`` only names the selection in an error. Taught in chapter 9.
+    """
+    import pandas as pd
+
+    from labkit.trace.summary import check_summaries
+
+    check_summaries("analysis_of", summaries)
+    kinds = {s.kind for s in summaries}
     kind = "gpu" if "gpu" in kinds else "cpu"
-    rows, colls, ops_k, ops_c = [], {}, [], []
-    for v in views:
-        wins = v.windows(steps)
-        if not wins:
-            have = sorted(int(s) for s in v.step_ids)
-            raise ValueError(f"trace file {v.ev.path}: no events in the selected steps {sorted(steps or [])}; "
-                             f"steps in this trace: {have or 'none (no ProfilerStep)'}")
-        for w in wins:
-            rows.append({"rank": v.ev.rank, **v.breakdown(w)})
-        colls[v.ev.rank] = (v, wins, v.collectives(wins))
-        ops_k.append(_op_table(v, wins, KERNEL, device=True))
-        ops_c.append(_op_table(v, wins, CPU_OP, device=False))
-    step_df = pd.DataFrame(rows)
+    for s in summaries:
+        if not s.wins:
+            raise ValueError(f"trace file {s.path}: no events in the selected steps {sorted(steps or [])}; "
+                             f"steps in this trace: {s.step_ids or 'none (no ProfilerStep)'}")
+    step_df = pd.DataFrame({"rank": np.concatenate([np.full(len(s.wins), s.rank, dtype=np.int64) for s in summaries]),
+                            "step": np.concatenate([np.array([w[0] for w in s.wins], dtype=np.int64)
+                                                    for s in summaries])})
+    table = np.concatenate([s.steps_table for s in summaries])
+    for k, c in enumerate(COLUMNS):
+        step_df[c] = table[:, k]
     agg = step_df.drop(columns="step").groupby("rank", as_index=False).sum()
     for c in COLUMNS:
         if c != "total":
@@ -303,42 +313,21 @@ def analyze(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_eve
     overlap = {int(r): (float(h / t) if t > 0 else float("nan"))
                for r, h, t in zip(agg["rank"], agg["comm_hidden"], comm_tot, strict=True)}
     all_steps = sorted({int(s) for s in step_df["step"]})
-    ops = {"kernel": _merge_ops(ops_k), "cpu_op": _merge_ops(ops_c)}
-    comm_by_type = _comm_by_type(colls)
-    stragglers, aligned = _stragglers(colls)
+    ops = {"kernel": _merge_ops([s.ops_kernel for s in summaries]),
+           "cpu_op": _merge_ops([s.ops_cpu for s in summaries])}
+    comm_by_type = _comm_by_type(summaries)
+    stragglers, aligned = stragglers_of(summaries)
     data_wait = float(agg["data_wait"].mean())
-    return TraceAnalysis(kind=kind, paths=[str(e.path) for e in events], ranks=[e.rank for e in events],
+    return TraceAnalysis(kind=kind, paths=[str(s.path) for s in summaries], ranks=[s.rank for s in summaries],
                          steps=all_steps, breakdown=agg, step_breakdown=step_df, overlap=overlap,
                          comm_by_type=comm_by_type, stragglers=stragglers, collectives=aligned,
                          data_wait_s=data_wait, _ops=ops)
 
 
-def _op_table(v: RankView, wins, cat, device):
-    import pandas as pd
-
-    ev = v.ev
-    mask = ev.cat == cat
-    if not device:
-        mask &= ev.thread == v.main_thread
-    idx = np.flatnonzero(mask)
-    if idx.size == 0:
-        return pd.DataFrame(columns=["name", "count", "total_s"])
-    t = ev.ts[idx]
-    lo, hi = iv.union([w[1] if device else w[3] for w in wins], [w[2] if device else w[4] for w in wins])
-    j = np.searchsorted(lo, t, side="right") - 1           # the merged window that may hold each event
-    inside = (j >= 0) & (t < hi[np.clip(j, 0, hi.size - 1)])
-    idx = idx[inside]
-    nid = ev.name_id[idx]
-    cnt = np.bincount(nid, minlength=len(ev.names))
-    tot = np.bincount(nid, weights=ev.dur[idx], minlength=len(ev.names))
-    keep = np.flatnonzero(cnt)
-    return pd.DataFrame({"name": [ev.names[k] for k in keep], "count": cnt[keep], "total_s": tot[keep] * US})
-
-
 def _merge_ops(tables):
     import pandas as pd
 
-    tables = [t for t in tables if not t.empty]
+    tables = [t for t in tables if t is not None and not t.empty]
     if not tables:
         return pd.DataFrame(columns=["name", "count", "total_s", "mean_s"])
     t = pd.concat(tables).groupby("name", as_index=False).sum()
@@ -346,14 +335,15 @@ def _merge_ops(tables):
     return t
 
 
-def _comm_by_type(colls):
+def _comm_by_type(summaries):
     import pandas as pd
 
-    recs = [c for (_, _, cs) in colls.values() for c in cs]
     cols = ["type", "count", "total_s", "mean_s", "bytes", "algbw_GBps"]
-    if not recs:
+    if not any(len(s.coll_type) for s in summaries):
         return pd.DataFrame(columns=cols)
-    df = pd.DataFrame(recs)
+    df = pd.DataFrame({"type": [t for s in summaries for t in s.coll_type],
+                       "dur_us": np.concatenate([s.coll_dur for s in summaries]),
+                       "bytes": np.concatenate([s.coll_bytes for s in summaries])})
     out = []
     for t, g in df.groupby("type"):
         known = g[g["bytes"].notna()]

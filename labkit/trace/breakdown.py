@@ -209,7 +209,7 @@ class RankView:
         self._mem_u = iv.union(ev.ts[self.mem_idx], end[self.mem_idx])
         if self.kind == "cpu":      # the main thread's ops minus collective launches/waits and the loader
             self._comp_u = iv.subtract(self._comp_u, not_compute)
-        self._dev_order = self._dev_starts = self._comp_cum = None
+        self._dev_order = self._dev_starts = self._dev_launch = self._comp_cum = None
 
     def _main_thread(self) -> int:
         ev = self.ev
@@ -311,13 +311,8 @@ class RankView:
         if self._dev_order is None:                    # sorted once, searched per window
             self._dev_order = self.dev_idx[np.argsort(ev.ts[self.dev_idx], kind="stable")]
             self._dev_starts = ev.ts[self._dev_order]
-        order, starts = self._dev_order, self._dev_starts
-        nxt = np.searchsorted(starts, gaps[1], side="left")
-        ok = nxt < starts.size
-        launch = np.full(gaps[0].size, np.nan)
-        launch[ok] = self.launch_ts[order[nxt[ok]]]
-        wait = np.minimum(launch, gaps[1]) - gaps[0]
-        return float(np.nansum(np.clip(wait, 0, None)))
+            self._dev_launch = self.launch_ts[self._dev_order]
+        return host_wait(self._dev_starts, self._dev_launch, gaps)
 
     # ------------------------------------------------------------------ collectives
     def collectives(self, windows) -> list[dict]:
@@ -382,6 +377,22 @@ class RankView:
         if j == 0:
             return 0.0
         return float(self._comp_cum[j - 1] + min(t, e[j - 1]) - s[j - 1])
+
+
+def host_wait(starts: np.ndarray, launch: np.ndarray, gaps) -> float:
+    """µs of the idle ``gaps`` (starts, ends) before the host had launched the device's next event:
+    ``starts`` are the device events' starts in time order, ``launch`` their launch times (NaN: unlinked).
+
+    Taught in chapter 9.
+    """
+    if gaps[0].size == 0:
+        return 0.0
+    nxt = np.searchsorted(starts, gaps[1], side="left")
+    ok = nxt < starts.size
+    first = np.full(gaps[0].size, np.nan)
+    first[ok] = launch[nxt[ok]]
+    wait = np.minimum(first, gaps[1]) - gaps[0]
+    return float(np.nansum(np.clip(wait, 0, None)))
 
 
 def _step_number(ev: RankEvents, name: str) -> int:

@@ -40,14 +40,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import labkit.intervals as iv
 from labkit import checks
 from labkit.trace.breakdown import RankView
-from labkit.trace.runs import read_ranks
 from labkit.trace.stragglers import LATE_MARGIN, binom_tail
 from labkit.units import US
 
-__all__ = ["critical_path", "critical_path_of", "CriticalPath", "StepPath", "CAUSES"]
+__all__ = ["critical_path", "critical_path_of", "critical_path_from", "CriticalPath", "StepPath", "CAUSES"]
 
 #: what a stretch of the path is spent on (see the module docstring for the priority)
 CAUSES = ("compute", "data", "comm", "host", "idle")
@@ -237,60 +235,97 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
     """The cross-rank critical path of every step of a folder of per-rank traces (or one trace file).
 
     Arguments as :func:`labkit.trace.analyze`. ValueError when fewer steps than selected are shared by
-    every rank. Taught in chapter 9.
+    every rank. Streamed: each rank is reduced to its summary and interval index in a worker
+    (:func:`labkit.trace.summary.summarize_ranks`; the indexes wait in a temporary folder, read back one
+    rank at a time), so memory does not grow with the rank count. Taught in chapter 9.
     """
+    import tempfile
+
+    from labkit.trace.summary import summarize_ranks
+
     if steps is not None:
         if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
             raise checks.ArgumentTypeError(f"steps={steps!r} must be None or an iterable of step numbers")
         steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
-    events = read_ranks(path, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events, workers=workers)
-    return critical_path_of([RankView(ev) for ev in events], steps=steps)
+    with tempfile.TemporaryDirectory(prefix="labkit-critical-path-") as tmp:
+        sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
+                               workers=workers, index_dir=tmp)
+        return critical_path_from(sums)
 
 
 def critical_path_of(views: list[RankView], *, steps=None) -> CriticalPath:
-    """:func:`critical_path` on already classified ranks (:class:`labkit.trace.breakdown.RankView`)."""
+    """:func:`critical_path` on already classified ranks (:class:`labkit.trace.breakdown.RankView`), in memory.
+
+    Taught in chapter 9."""
+    from labkit.trace.summary import summarize
+
     if not views:
         raise ValueError("critical_path: no ranks to walk")
-    ranks = [v.ev.rank for v in views]
+    return critical_path_from([summarize(v, steps) for v in views])
+
+
+def critical_path_from(summaries) -> CriticalPath:
+    """:func:`critical_path` from per-rank summaries (:class:`labkit.trace.summary.RankSummary`, each with its
+    interval index in memory or on disk); the steps are those the summaries were made over.
+
+    Taught in chapter 9."""
+    from labkit.trace.summary import check_summaries
+
+    check_summaries("critical_path_from", summaries)
+    ranks = [s.rank for s in summaries]
     if len(set(ranks)) != len(ranks):
         raise ValueError(f"critical_path: rank numbers repeat across the traces ({sorted(ranks)}); "
                          "give one trace per rank")
     wins, colls = {}, {}
-    for v in views:
-        ws = v.windows(steps)
-        wins[v.ev.rank] = {w[0]: w for w in ws}
-        cs = v.collectives(ws) if ws else []
+    for sm in summaries:
+        ws = sm.wins
+        wins[sm.rank] = {w[0]: w for w in ws}
         starts = np.array([w[1] for w in ws])
-        by_step: dict[int, list[dict]] = {w[0]: [] for w in ws}
-        for c in cs:
-            k = int(np.searchsorted(starts, c["start_us"], side="right")) - 1
+        by_step: dict[int, list[int]] = {w[0]: [] for w in ws}
+        for c, t in enumerate(sm.coll_start.tolist()):
+            k = int(np.searchsorted(starts, t, side="right")) - 1
             if k >= 0:
                 by_step[ws[k][0]].append(c)
-        colls[v.ev.rank] = by_step
+        colls[sm.rank] = by_step
     shared = sorted(set.intersection(*(set(w) for w in wins.values())))
     if not shared:
         have = {r: sorted(w) for r, w in wins.items()}
         raise ValueError(f"critical_path: no step is in every rank's trace (steps per rank: {have})")
-    vmap = {v.ev.rank: v for v in views}
-    kind = "gpu" if any(v.kind == "gpu" for v in views) else "cpu"
+    smap = {sm.rank: sm for sm in summaries}
+    kind = "gpu" if any(sm.kind == "gpu" for sm in summaries) else "cpu"
     # the n-th collective of a step matched across ranks (the first ones they share where counts differ)
     per_step = {sid: min(len(colls[r][sid]) for r in ranks) for sid in shared}
-    seq = {r: [c for sid in shared for c in colls[r][sid][:per_step[sid]]] for r in ranks}
+    seq = {r: np.array([c for sid in shared for c in colls[r][sid][:per_step[sid]]], dtype=int) for r in ranks}
     coll_step = np.array([sid for sid in shared for _ in range(per_step[sid])], dtype=int)
+    R, n = len(ranks), len(coll_step)
+    A = np.array([smap[r].coll_start[seq[r]] for r in ranks]).reshape(R, n)
+    E = A + np.array([smap[r].coll_dur[seq[r]] for r in ranks]).reshape(R, n)
     bounds = {r: np.array([wins[r][sid][1] for sid in shared]) for r in ranks}
     first = {r: wins[r][shared[0]][1] for r in ranks}
     end = {r: wins[r][shared[-1]][2] for r in ranks}
-    return _job_path(shared, ranks, vmap, kind, seq, coll_step, bounds, first, end, per_step)
+    return _job_path(shared, ranks, lambda r: smap[r].class_index(), kind, A, E, coll_step, bounds, first, end,
+                     per_step)
 
 
-def _job_path(shared, ranks, views, kind, seq, coll_step, bounds, first, end, per_step) -> CriticalPath:
+def _classify_all(queries, index_of) -> list:
+    """Classify (rank, a, b) stretches, each rank's index fetched once (from disk when it is kept there)."""
+    out: list = [None] * len(queries)
+    by_rank: dict[int, list[int]] = {}
+    for q, (r, _, _) in enumerate(queries):
+        by_rank.setdefault(r, []).append(q)
+    for r, qs in by_rank.items():
+        index = index_of(r)
+        for q in qs:
+            out[q] = index.classify(queries[q][1], queries[q][2])
+        del index
+    return out
+
+
+def _job_path(shared, ranks, index_of, kind, A, E, coll_step, bounds, first, end, per_step) -> CriticalPath:
     """Walk the whole profiled span once (a rank's lateness is often caused at the end of its previous
     step: a stall after the optimizer delays the next step's first collective), then cut the path into
     steps at each rank's own step boundaries."""
-    R = len(ranks)
     n = len(coll_step)
-    A = np.array([[c["start_us"] for c in seq[r]] for r in ranks]).reshape(R, n)
-    E = A + np.array([[c["dur_us"] for c in seq[r]] for r in ranks]).reshape(R, n)
     L = A.max(axis=0) if n else np.zeros(0)
     last = A.argmax(axis=0) if n else np.zeros(0, dtype=int)
     d0 = np.array([first[r] for r in ranks])
@@ -309,29 +344,36 @@ def _job_path(shared, ranks, views, kind, seq, coll_step, bounds, first, end, pe
         raw.append((i, float(min(L[j], E[i, j])), float(E[i, j])))   # the transfer after the last arrival
         i, t = int(last[j]), float(min(L[j], E[i, j]))
         j -= 1
-    # cut every stretch at its rank's step boundaries and classify the pieces
-    pieces: dict[int, list] = {sid: [] for sid in shared}
+    # cut every stretch at its rank's step boundaries, then classify the pieces (rank by rank)
+    cut: list[tuple[int, int, float, float]] = []
     for ri, a, b in reversed(raw):
         if b <= a:
             continue
         bd = bounds[ranks[ri]]
         cuts = [a] + [float(x) for x in bd if a < x < b] + [b]
         for x, y in zip(cuts[:-1], cuts[1:], strict=True):
-            k = max(int(np.searchsorted(bd, x, side="right")) - 1, 0)
-            for cause, (s, e) in _classify(views[ranks[ri]], x, y):
-                pieces[shared[k]].append((ranks[ri], s, e, cause))
-    steps = []
+            cut.append((max(int(np.searchsorted(bd, x, side="right")) - 1, 0), ri, x, y))
+    pieces: dict[int, list] = {sid: [] for sid in shared}
+    for (k, ri, _, _), parts in zip(cut, _classify_all([(ranks[ri], x, y) for _, ri, x, y in cut], index_of),
+                                    strict=True):
+        for cause, (s, e) in parts:
+            pieces[shared[k]].append((ranks[ri], s, e, cause))
+    walked = []
     for sid in shared:
         ps = pieces[sid]
-        t0 = min((p[1] for p in ps), default=0.0)
         by_rank: dict[int, dict[str, float]] = {}
         for r, s, e, cause in ps:
             by_rank.setdefault(r, dict.fromkeys(CAUSES, 0.0))[cause] += (e - s) * US
         duration = sum(sum(p.values()) for p in by_rank.values())
         held = _held(np.flatnonzero(coll_step == sid), ranks, A, L, last)
         pacer = _pacer(held, by_rank, ranks)
-        waited, excess = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, views, A, E, L,
-                                   last, d0)
+        waited, j = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, A, L, last)
+        walked.append((sid, ps, by_rank, duration, held, pacer, waited, j))
+    own = _own_time(walked, ranks, index_of, A, E, d0)
+    steps = []
+    for k, (sid, ps, by_rank, duration, held, pacer, waited, j) in enumerate(walked):
+        excess = _excess(ranks.index(pacer), own[k]) if j is not None else {}
+        t0 = min((p[1] for p in ps), default=0.0)
         if excess and max(excess.values()) > 0:
             cause = max(excess, key=excess.get)
         else:                               # nobody arrived late: the largest part of the pacer's path
@@ -365,56 +407,47 @@ def _pacer(held, by_rank, ranks) -> int:
     return max(non_comm, key=non_comm.get) if non_comm else ranks[0]
 
 
-def _lateness(pi, in_step, ranks, views, A, E, L, last, d0):
-    """The others' waits at the step's collectives the pacer reached last, and the pacer's excess per cause
-    over the stretch that made it late: from the end of the collective before the first one it reached last
-    (every rank leaves a collective together, so they start that stretch in step) to its arrival there.
-    Later collectives inherit the lateness: the others computed their next gradients while they waited,
-    so comparing those stretches would charge the pacer's inherited compute, whatever made it late."""
+def _lateness(pi, in_step, ranks, A, L, last):
+    """The others' waits at the step's collectives the pacer reached last, and the first of them (None if it
+    reached none last, or alone): the stretch that made the pacer late runs, on every rank, from the end of
+    the collective before it (every rank leaves a collective together, so they start that stretch in step)
+    to the rank's arrival there (:func:`_own_time`). Later collectives inherit the lateness: the others
+    computed their next gradients while they waited, so comparing those stretches would charge the pacer's
+    inherited compute, whatever made it late."""
     R = len(ranks)
     waited: dict[int, float] = {}
     reached_last = [j for j in in_step.tolist() if last[j] == pi]
     if R < 2 or not reached_last:
-        return waited, {}
+        return waited, None
     for j in reached_last:
         for ri in range(R):
             if ri != pi:
                 waited[ranks[ri]] = waited.get(ranks[ri], 0.0) + max(L[j] - A[ri, j], 0.0) * US
-    j = reached_last[0]
-    own = np.zeros((R, len(_OWN)))
-    for ri in range(R):
-        a = max(d0[ri], E[ri, j - 1]) if j > 0 else d0[ri]
-        for cause, (s, e) in _classify(views[ranks[ri]], a, A[ri, j]):
-            if cause in _OWN:
-                own[ri, _OWN.index(cause)] += (e - s) * US
+    return waited, reached_last[0]
+
+
+def _own_time(walked, ranks, index_of, A, E, d0) -> np.ndarray:
+    """Seconds per own cause (:data:`_OWN`) each rank spent in the stretch before each step's first
+    collective its pacer reached last (steps × ranks × causes), rank by rank: one rank's index at a time,
+    each stretch reduced to its four sums as soon as it is classified."""
+    own = np.zeros((len(walked), len(ranks), len(_OWN)))
+    for ri, r in enumerate(ranks):
+        if all(w[7] is None for w in walked):
+            break
+        index = index_of(r)
+        for k, w in enumerate(walked):
+            j = w[7]
+            if j is None:
+                continue
+            a = max(d0[ri], E[ri, j - 1]) if j > 0 else d0[ri]
+            for cause, (s, e) in index.classify(a, A[ri, j]):
+                if cause in _OWN:
+                    own[k, ri, _OWN.index(cause)] += (e - s) * US
+        del index
+    return own
+
+
+def _excess(pi, own) -> dict[str, float]:
+    """The pacer's excess per own cause over the median of the other ranks (``own``: ranks × causes)."""
     others = np.median(np.delete(own, pi, axis=0), axis=0)
-    return waited, {c: float(own[pi, k] - others[k]) for k, c in enumerate(_OWN)}
-
-
-def _classify(v: RankView, a: float, b: float):
-    """Split [a, b) µs of rank ``v`` into (cause, (start, end)) pieces by the module's priority."""
-    if b <= a:
-        return []
-    out = []
-    comp = iv.clip(v._comp_u, a, b)
-    if v._mem_u[0].size:                       # memory copies keep the device busy: counted with compute
-        mem = iv.clip(v._mem_u, a, b)
-        comp = iv.union(np.concatenate([comp[0], mem[0]]), np.concatenate([comp[1], mem[1]]))
-    rest = iv.subtract((np.array([a]), np.array([b])), comp)
-    data = iv.intersect(rest, iv.clip(v.dataloader, a, b))
-    rest = iv.subtract(rest, data)
-    comm = iv.intersect(rest, iv.clip(v._comm_u, a, b))
-    rest = iv.subtract(rest, comm)
-    for cause, (s, e) in (("compute", comp), ("data", data), ("comm", comm)):
-        out += [(cause, (float(x), float(y))) for x, y in zip(s.tolist(), e.tolist(), strict=True)]
-    if v.kind == "gpu":             # a gap is host-bound until the host launched the device's next event
-        for x, y in zip(rest[0].tolist(), rest[1].tolist(), strict=True):
-            h = v._host_wait((np.array([x]), np.array([y])))   # µs
-            h = min(max(h, 0.0), y - x)
-            if h > 0:
-                out.append(("host", (x, x + h)))
-            if y - x - h > 0:
-                out.append(("idle", (x + h, y)))
-    else:
-        out += [("host", (float(x), float(y))) for x, y in zip(rest[0].tolist(), rest[1].tolist(), strict=True)]
-    return sorted(out, key=lambda p: p[1][0])
+    return {c: float(own[pi, k] - others[k]) for k, c in enumerate(_OWN)}

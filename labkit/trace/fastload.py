@@ -87,31 +87,28 @@ def read_bounded(p, max_bytes: int) -> bytes:
         if isize is not None and max_bytes < isize <= 1032 * os.stat(p).st_size:
             raise _too_big(p, max_bytes, f"says (gzip trailer) it inflates to {isize / 2**20:,.0f} MB,")
         with gzip.open(p, "rb") as f:
-            chunks, n = [], 0
-            while True:
-                b = f.read(min(_CHUNK, max_bytes + 1 - n))
-                if not b:
-                    break
-                chunks.append(b)
-                n += len(b)
-                if n > max_bytes:
-                    raise _too_big(p, max_bytes, "inflates to")
-        return b"".join(chunks)
+            return _read_chunks(f, p, max_bytes, "inflates to", _CHUNK)
     size = os.stat(p).st_size
     if size > max_bytes:
         raise _too_big(p, max_bytes, f"is {size / 2**20:,.0f} MB,")
     with open(p, "rb") as f:
         # read(n) allocates n bytes up front: ask for what the file holds (+1 to see it grow), never the
         # limit itself, so a 90-byte trace reads under a small ``ulimit -v`` (the limit is 2 GiB)
-        chunks, n = [], 0
-        while True:
-            b = f.read(min(max(size, 1) + 1 if n == 0 else _CHUNK, max_bytes + 1 - n))
-            if not b:
-                break
-            chunks.append(b)
-            n += len(b)
-            if n > max_bytes:
-                raise _too_big(p, max_bytes, "holds")
+        return _read_chunks(f, p, max_bytes, "holds", max(size, 1) + 1)
+
+
+def _read_chunks(f, p, max_bytes: int, what: str, first: int) -> bytes:
+    """All of ``f`` (plain or gzip), ``first`` bytes asked for first and then :data:`_CHUNK` at a time,
+    refused (:func:`_too_big`, saying the file ``what``) as soon as it passes ``max_bytes``."""
+    chunks, n = [], 0
+    while True:
+        b = f.read(min(first if n == 0 else _CHUNK, max_bytes + 1 - n))
+        if not b:
+            break
+        chunks.append(b)
+        n += len(b)
+        if n > max_bytes:
+            raise _too_big(p, max_bytes, what)
     return b"".join(chunks)
 
 

@@ -59,10 +59,12 @@ def read_rank(path, *, default_rank: int = 0, max_mb=None, max_events=None) -> R
         fastload.check_events(p, raw, max_ev)
         typed = fastload.decode_typed(raw)
         if typed is not None:
+            del raw            # the typed document is all the rest reads: free the file's bytes (peak memory)
             ev = extract_typed(typed, p, default_rank)
             if ev is not None:
                 return ev
             del typed
+            raw = L._read(p, max_bytes)       # the generic parser decides, naming the event and field
         return L.extract(L._parse(p, raw), p, default_rank=default_rank)
     finally:
         if was_enabled:

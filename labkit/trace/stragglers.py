@@ -22,7 +22,7 @@ import numpy as np
 
 from labkit.units import US
 
-__all__ = ["stragglers", "binom_tail", "LATE_MARGIN"]
+__all__ = ["stragglers", "stragglers_of", "binom_tail", "LATE_MARGIN"]
 
 #: the least mean lateness, as a share of the median step time, that makes a straggler (see above)
 LATE_MARGIN = {"cpu": 0.15, "gpu": 0.02}
@@ -42,33 +42,58 @@ def stragglers(colls):
     ``colls`` maps rank -> (RankView, step windows, collectives in time order). Returns the per-rank
     table and the aligned collectives (empty with fewer than 2 ranks). Taught in chapter 9.
     """
-    import pandas as pd
-
-    cols = ["rank", "n_collectives", "times_last", "mean_late_s", "late_of_step", "median_compute_before_s",
-            "straggler", "peer_wait_s"]
-    if len(colls) < 2:
-        return pd.DataFrame(columns=cols), pd.DataFrame()
     ranks = sorted(colls)
-    n = min(len(colls[r][2]) for r in ranks)
-    if n == 0:
-        return pd.DataFrame(columns=cols), pd.DataFrame()
+    n = min((len(colls[r][2]) for r in ranks), default=0)
+    if len(colls) < 2 or n == 0:
+        return _table([], "cpu", [], None, None, None, 0.0)
     starts = np.array([[colls[r][2][k]["start_us"] for k in range(n)] for r in ranks])
     ends = np.array([[colls[r][2][k]["start_us"] + colls[r][2][k]["dur_us"] for k in range(n)] for r in ranks])
-    late = starts - starts.min(axis=0)
-    last = late.argmax(axis=0)
     comp_before = np.zeros_like(starts)
     for i, r in enumerate(ranks):
         v, wins, _ = colls[r]
         prev = np.concatenate([[min(w[1] for w in wins)], ends[i, :-1]])
         for k in range(n):
             comp_before[i, k] = v.compute_between(prev[k], starts[i, k])
+    kind = "gpu" if any(getattr(colls[r][0], "kind", "cpu") == "gpu" for r in ranks) else "cpu"
+    step_us = float(np.median([w[4] - w[3] for r in ranks for w in colls[r][1]]))
+    types = [colls[ranks[0]][2][k]["type"] for k in range(n)]
+    return _table(ranks, kind, types, starts, ends, comp_before, step_us)
+
+
+def stragglers_of(summaries):
+    """:func:`stragglers` from per-rank summaries (:class:`labkit.trace.summary.RankSummary`, each with its
+    collectives' starts, durations and the compute before each): the same tables, without the events.
+
+    Taught in chapter 9.
+    """
+    sums = sorted(summaries, key=lambda s: s.rank)
+    n = min((len(s.coll_start) for s in sums), default=0)
+    if len(sums) < 2 or n == 0:
+        return _table([], "cpu", [], None, None, None, 0.0)
+    starts = np.array([s.coll_start[:n] for s in sums])
+    ends = np.array([s.coll_start[:n] + s.coll_dur[:n] for s in sums])
+    comp_before = np.array([s.comp_before[:n] for s in sums])
+    kind = "gpu" if any(s.kind == "gpu" for s in sums) else "cpu"
+    step_us = float(np.median([w[4] - w[3] for s in sums for w in s.wins]))
+    return _table([s.rank for s in sums], kind, sums[0].coll_type[:n], starts, ends, comp_before, step_us)
+
+
+def _table(ranks, kind, types, starts, ends, comp_before, step_us):
+    """The per-rank table and the aligned collectives from the ranks' (rank × n) arrival and end times."""
+    import pandas as pd
+
+    cols = ["rank", "n_collectives", "times_last", "mean_late_s", "late_of_step", "median_compute_before_s",
+            "straggler", "peer_wait_s"]
+    if not ranks:
+        return pd.DataFrame(columns=cols), pd.DataFrame()
+    n = starts.shape[1]
+    late = starts - starts.min(axis=0)
+    last = late.argmax(axis=0)
     dur = (ends - starts)
     # time each rank sits in a collective before the last peer arrives (at most the collective's own
     # duration): waiting for a late peer, not moving bytes
     peer_wait = np.minimum(late.max(axis=0) - late, dur)
-    # the step a lateness is measured against: the median host span of a step over ranks and steps
-    step_us = float(np.median([w[4] - w[3] for r in ranks for w in colls[r][1]]))
-    kind = "gpu" if any(getattr(colls[r][0], "kind", "cpu") == "gpu" for r in ranks) else "cpu"
+    # step_us, the step a lateness is measured against: the median host span of a step over ranks and steps
     rows = []
     for i, r in enumerate(ranks):
         times_last = int(((last == i) & (late.max(axis=0) > 0)).sum())
@@ -85,7 +110,7 @@ def stragglers(colls):
                      "late_of_step": late_of_step,
                      "median_compute_before_s": float(np.median(comp_before[i])), "straggler": bool(strag),
                      "peer_wait_s": float(peer_wait[i].sum()) * US})
-    aligned = pd.DataFrame({"n": np.arange(n), "type": [colls[ranks[0]][2][k]["type"] for k in range(n)],
+    aligned = pd.DataFrame({"n": np.arange(n), "type": list(types),
                             "last_rank": [ranks[j] for j in last], "skew_s": late.max(axis=0) * US,
                             **{f"late_s_rank{r}": late[i] * US for i, r in enumerate(ranks)}})
     return pd.DataFrame(rows, columns=cols), aligned

@@ -1,0 +1,136 @@
+"""labkit.trace.summary (chapter 9): the streamed job-level analysis equals the in-memory one, exactly.
+
+``analyze``/``critical_path`` on a folder reduce each rank to a summary in a worker pool and never hold a
+rank's events in the parent; ``analysis_of``/``critical_path_of`` on ranks read into memory are the same
+analyses. Every table and every step of the critical path must be equal, bit for bit, on the shipped traces
+(CPU gloo, real GPU traces from HTA's test data, SYNTHETIC GPU jobs) and on synthetic jobs with a straggler,
+a data-loader wait and no message sizes. Memory at job size is a benchmark figure
+(benchmarks/bench_trace_jobscale.py), not asserted here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from labkit.trace import runs
+from labkit.trace.analysis import analysis_of, analyze
+from labkit.trace.breakdown import RankView, host_wait
+from labkit.trace.critical_path import critical_path, critical_path_from, critical_path_of
+from labkit.trace.runs import read_ranks
+from labkit.trace.stragglers import stragglers, stragglers_of
+from labkit.trace.summary import ClassIndex, check_summaries, summarize, summarize_ranks
+from labkit.trace.synthetic import SyntheticSpec, synthesize_traces
+
+SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "traces"
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("jobs")
+    synthesize_traces(SyntheticSpec(world_size=4, steps=6, straggler_rank=2, straggler_us=3000.0, seed=1), d / "strag")
+    synthesize_traces(SyntheticSpec(world_size=3, steps=5, data_wait=True, seed=2), d / "data")
+    synthesize_traces(SyntheticSpec(world_size=6, steps=12, straggler_rank=5, straggler_us=900.0, nccl_names="legacy",
+                                    comm_args=False, seed=3), d / "legacy")
+    return {"cpu_gloo_ddp_tiny": SHIPPED / "cpu_gloo_ddp_tiny",
+            "synthetic_gpu_ddp_straggler": SHIPPED / "synthetic_gpu_ddp_straggler",
+            "hta_trace_filter": SHIPPED / "hta" / "trace_filter",
+            "hta_one_rank": SHIPPED / "hta" / "ns_resolution_trace",
+            "strag": d / "strag", "data": d / "data", "legacy": d / "legacy"}
+
+
+def _frames_equal(a, b):
+    assert list(a.columns) == list(b.columns)
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_exact=True,
+                                  check_dtype=False)
+
+
+@pytest.mark.parametrize("name", ["cpu_gloo_ddp_tiny", "synthetic_gpu_ddp_straggler", "hta_trace_filter",
+                                  "hta_one_rank", "strag", "data", "legacy"])
+def test_streamed_equals_in_memory(jobs, name, monkeypatch):
+    pool = name in ("cpu_gloo_ddp_tiny", "strag", "legacy")
+    if pool:
+        monkeypatch.setattr(runs, "POOL_MIN_BYTES", 0)      # the worker pool even for small traces
+    workers = 2 if pool else 1                              # 1: streamed in this process, indexes on disk
+    path = jobs[name]
+    views = [RankView(ev) for ev in read_ranks(path, workers=1)]
+    pick = set(views[0].step_ids[1:3].tolist()) if name in ("strag", "cpu_gloo_ddp_tiny") else None
+    for steps in (None, pick) if pick else (None,):
+        mem = analysis_of([summarize(v, steps, index=False) for v in views], steps=steps)
+        got = analyze(path, steps=steps, workers=workers)
+        assert (got.kind, got.ranks, got.steps, got.paths) == (mem.kind, mem.ranks, mem.steps, mem.paths)
+        for table in ("breakdown", "step_breakdown", "comm_by_type", "stragglers", "collectives"):
+            _frames_equal(getattr(got, table), getattr(mem, table))
+        for kind in ("kernel", "cpu_op"):
+            _frames_equal(got._ops[kind], mem._ops[kind])
+        assert got.overlap.keys() == mem.overlap.keys()
+        assert all(got.overlap[r] == mem.overlap[r] or got.overlap[r] != got.overlap[r] for r in got.overlap)
+        assert got.summary() == mem.summary() and got.data_wait_s == mem.data_wait_s
+        if len(views) > 1:
+            cp, cp_mem = critical_path(path, steps=steps, workers=workers), critical_path_of(views, steps=steps)
+            assert cp.steps == cp_mem.steps and cp.steps
+            assert (cp.kind, cp.ranks, cp.n_collectives, cp.times_last) == \
+                (cp_mem.kind, cp_mem.ranks, cp_mem.n_collectives, cp_mem.times_last)
+            assert cp.summary() == cp_mem.summary()
+
+
+def test_stragglers_of_summaries_equals_stragglers_of_views(jobs):
+    views = [RankView(ev) for ev in read_ranks(jobs["strag"])]
+    colls = {}
+    for v in views:
+        w = v.windows()
+        colls[v.ev.rank] = (v, w, v.collectives(w))
+    a, b = stragglers(colls), stragglers_of([summarize(v, index=False) for v in views])
+    _frames_equal(a[0], b[0])
+    _frames_equal(a[1], b[1])
+    assert a[0]["straggler"].tolist() == [False, False, True, False]
+
+
+def test_index_round_trip_and_host_wait(jobs, tmp_path):
+    v = next(v for v in map(RankView, read_ranks(jobs["data"])) if v.kind == "gpu")
+    mem = ClassIndex.of(v)
+    s = summarize(v, index=tmp_path / "r.npz")
+    assert s.index is None and s.index_file.exists()
+    disk = s.class_index()
+    w = v.windows()
+    a, b = w[0][1], w[-1][2]
+    cuts = np.linspace(a, b, 9)
+    for x, y in zip(cuts[:-1], cuts[1:], strict=True):
+        assert disk.classify(x, y) == mem.classify(x, y) and mem.classify(x, y)
+    gaps = (np.array([a, (a + b) / 2]), np.array([a + 50.0, (a + b) / 2 + 700.0]))
+    assert host_wait(disk.dev_starts, disk.dev_launch, gaps) == v._host_wait(gaps)
+
+
+def test_streamed_reader_keeps_no_events_and_indexes_on_disk(jobs, tmp_path, monkeypatch):
+    monkeypatch.setattr(runs, "POOL_MIN_BYTES", 0)
+    sums = summarize_ranks(jobs["legacy"], workers=2, index_dir=tmp_path)
+    assert [s.rank for s in sums] == list(range(6))
+    assert all(s.index is None and s.index_file.parent == tmp_path and s.index_file.exists() for s in sums)
+    assert not any(hasattr(s, "ev") for s in sums)
+    assert all(np.isnan(s.coll_bytes).all() for s in sums)      # no message sizes in the legacy job
+    assert summarize_ranks(jobs["legacy"], workers=1)[0].index_file is None
+
+
+def test_bad_inputs_are_named(jobs, tmp_path):
+    with pytest.raises(TypeError, match="RankView"):
+        summarize("rank0.json")
+    v = RankView(read_ranks(jobs["data"])[0])
+    with pytest.raises(ValueError, match="index=3"):
+        summarize(v, index=3)
+    with pytest.raises(ValueError, match="non-empty list"):
+        check_summaries("analysis_of", [])
+    with pytest.raises(TypeError, match="RankView"):
+        analysis_of([v])
+    with pytest.raises(ValueError, match="non-empty"):
+        critical_path_from([])
+    s = summarize(v)
+    with pytest.raises(ValueError, match="repeat"):
+        critical_path_from([s, s])
+    with pytest.raises(ValueError, match="index_dir"):
+        summarize_ranks(jobs["data"], index_dir=tmp_path / "nope")
+    with pytest.raises(ValueError, match="workers"):
+        summarize_ranks(jobs["data"], workers=0)
+    with pytest.raises(ValueError, match="no events in the selected steps"):
+        analyze(jobs["data"], steps=[99])
