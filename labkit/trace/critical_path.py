@@ -19,12 +19,18 @@ an operator), ``data`` (inside the DataLoader's ``__next__``), ``comm`` (a colle
 under compute), then ``host`` (GPU: the device idle until the host launched the next kernel; CPU: the
 main thread outside any operator — Python, a sleep, a stall) and ``idle`` (GPU: the rest).
 
-The **pace-setting rank** of a step is the one that kept the others waiting longest at its collectives (the
-rank holding most of the path outside communication when nobody waited); its **cause** is the
-cause in which it exceeds the other ranks most over the stretch that made it late — from the end of the
-collective before the first one it reached last (the ranks leave a collective together) to its arrival. The others'
-time at those collectives before it arrived is what the slowest rank cost them (``waited_s``);
-:meth:`CriticalPath.lost_to_slowest` sums it by cause over the job.
+The **pace-setting rank** of a step is the one that held the others back longest at its collectives (else the
+rank holding most of the path outside communication): by arriving last (the others' median wait for it) or by
+*leaving* last — an all-reduce's ranks end together once the last one arrived (AMD-AGI/TraceLens#22), so a
+later end is a transfer of its own: a slow link. Its **cause** is the one in which it exceeds the other ranks
+most over the stretch that made it late: from the last arrival at the collective before the first one it
+reached last (from then on they are in step) to its arrival — its transfer (``comm``), then its own work;
+reaching none last, ``comm``. The others' time at those collectives before it arrived is what it cost them
+(``waited_s``); :meth:`CriticalPath.lost_to_slowest` sums it by cause over the job.
+
+A slow link in a real ring stretches every rank's transfer alike (each ring step waits for its slowest hop): the
+spans then show long communication everywhere and name no rank — that takes per-link tests. What they do name
+is a link that finishes one rank's part later than the others': ``TrainConfig(straggler_by="link")``.
 
 Clocks: the ranks' timestamps are compared directly, as :mod:`labkit.trace.stragglers` and HTA do — true
 for ranks on one host (one clock) and for hosts kept in step by PTP/NTP to well under a collective's span.
@@ -61,7 +67,9 @@ class StepPath:
     ``by_rank``: per rank on the path, seconds per cause; ``segments``: (rank, start_s, end_s, cause) from the
     step's start (time 0 = the start on the rank the walk ended on), in time order; ``waited_s``: per other
     rank, seconds spent at collectives the pacer reached last, before it arrived; ``excess_s``: per cause,
-    how much longer the pacer took than the median of the other ranks over the same stretches.
+    how much longer the pacer took than the median of the other ranks over the same stretches (``comm``: how
+    much later than their median it left the collectives it left last); ``held_s``: per rank, seconds it held
+    the others back (their median wait where it arrived last, plus how much later it left where it left last).
     """
 
     step: int
@@ -83,10 +91,10 @@ class StepPath:
 
     @property
     def stands_out(self) -> bool:
-        """Whether the pacer kept the others waiting for at least ``margin`` of the step (the stragglers
-        module's :data:`~labkit.trace.stragglers.LATE_MARGIN` of the trace's kind) — otherwise the ranks were
-        in step and which one the path ran through is chance."""
-        return self.duration_s > 0 and self.others_wait_s >= self.margin * self.duration_s
+        """Whether the pacer held the others back (``held_s``) for at least ``margin`` of the step (the
+        stragglers module's :data:`~labkit.trace.stragglers.LATE_MARGIN` of the trace's kind) — otherwise the
+        ranks were in step and which one the path ran through is chance."""
+        return self.duration_s > 0 and self.held_s.get(self.pacer, 0.0) >= self.margin * self.duration_s
 
     @property
     def pacer_share(self) -> float:
@@ -108,6 +116,9 @@ class StepPath:
             ex = self.excess_s.get(self.cause, 0.0)
             if ex > 0:
                 s += f", {_fmt(ex)} more than the other ranks' median"
+        elif self.cause == "comm" and self.excess_s.get("comm", 0.0) > 0:
+            s += (f"; its collectives ended {_fmt(self.excess_s['comm'])} later than the other ranks' median "
+                  "(its own transfer, after they had left: a slow link)")
         elif self.cause == "comm":
             s += "; the path is mostly communication (no rank arrived much later than the others)"
         if self.waited_s:
@@ -118,7 +129,7 @@ class StepPath:
 
 
 _CAUSE_WORDS = {"compute": "compute", "data": "waiting on the data loader", "host": "host code outside any op",
-                "idle": "idle", "comm": "communication"}
+                "idle": "idle", "comm": "communication (a slow link: its collectives end after the others')"}
 
 
 def _fmt(s: float) -> str:
@@ -156,11 +167,11 @@ class CriticalPath:
         return out
 
     def verdict(self) -> tuple[int | None, str | None]:
-        """(rank, cause) of the job's slowest rank: the rank that kept the others waiting longest over all
-        steps, if that is at least the margin (:attr:`StepPath.margin`) of the job's time and it was last
-        at more collectives than chance would make it (the stragglers table's test); its cause is the
-        one of the steps it set the pace of, weighted by how long it held the others (its largest path
-        cause if it set none). (None, None) when no rank held the others back. Taught in chapter 9."""
+        """(rank, cause) of the job's slowest rank: the rank that held the others back longest over all
+        steps, if that is at least the margin (:attr:`StepPath.margin`) of the job's time and it held them
+        (arrived or left last) at more collectives than chance would make it (the stragglers table's test);
+        its cause is the one of the steps it set the pace of, weighted by how long it held the others (its
+        largest path cause if it set none). (None, None) when no rank held the others back. Taught in chapter 9."""
         if not self.steps:
             return None, None
         held: dict[int, float] = {}
@@ -171,8 +182,8 @@ class CriticalPath:
         if not held or max(held.values()) < self.steps[0].margin * total:
             return None, None
         rank = max(held, key=held.get)
-        # a slow rank is last again and again; ranks time-sliced on shared cores take turns. The stragglers
-        # table's test: last at more than half the collectives, and more often than chance (binomial, 10 %)
+        # a slow rank holds the others again and again; ranks time-sliced on shared cores take turns. The
+        # stragglers table's test: at more than half the collectives, more often than chance (binomial, 10 %)
         n, k = self.n_collectives, self.times_last.get(rank, 0)
         if not (k > n / 2 and binom_tail(n, k, 1 / len(self.ranks)) < 0.10):
             return None, None
@@ -293,6 +304,8 @@ def _job_path(shared, ranks, views, kind, seq, coll_step, bounds, first, end, pe
     E = A + np.array([[c["dur_us"] for c in seq[r]] for r in ranks]).reshape(R, n)
     L = A.max(axis=0) if n else np.zeros(0)
     last = A.argmax(axis=0) if n else np.zeros(0, dtype=int)
+    X = np.array([[c["end_us"] for c in seq[r]] for r in ranks]).reshape(R, n)   # proven ends (CPU: cut)
+    hold = _holds(A, X, L, last)
     d0 = np.array([first[r] for r in ranks])
     d1 = np.array([end[r] for r in ranks])
     i = int(d1.argmax())
@@ -328,10 +341,10 @@ def _job_path(shared, ranks, views, kind, seq, coll_step, bounds, first, end, pe
         for r, s, e, cause in ps:
             by_rank.setdefault(r, dict.fromkeys(CAUSES, 0.0))[cause] += (e - s) * US
         duration = sum(sum(p.values()) for p in by_rank.values())
-        held = _held(np.flatnonzero(coll_step == sid), ranks, A, L, last)
+        held = _held(np.flatnonzero(coll_step == sid), ranks, hold)
         pacer = _pacer(held, by_rank, ranks)
-        waited, excess = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, views, A, E, L,
-                                   last, d0)
+        waited, excess = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, views, A, X, L,
+                                   last, d0, hold)
         if excess and max(excess.values()) > 0:
             cause = max(excess, key=excess.get)
         else:                               # nobody arrived late: the largest part of the pacer's path
@@ -341,54 +354,71 @@ def _job_path(shared, ranks, views, kind, seq, coll_step, bounds, first, end, pe
         steps.append(StepPath(step=int(sid), duration_s=duration, pacer=pacer, cause=cause, by_rank=by_rank,
                               segments=segs, waited_s=waited, excess_s=excess, matched=per_step[sid],
                               margin=LATE_MARGIN[kind], held_s=held))
-    lastc = {r: int(((last == i) & (L - A.min(axis=0) > 0)).sum()) for i, r in enumerate(ranks)} if n else {}
+    who = np.where(hold[1] >= hold[3], hold[0], hold[2])     # who held the others most at each collective
+    lastc = {r: int(((who == i) & (np.maximum(hold[1], hold[3]) > 0)).sum()) for i, r in enumerate(ranks)}
     return CriticalPath(kind=kind, ranks=sorted(ranks), steps=steps, n_collectives=n, times_last=lastc)
 
 
-def _held(in_step, ranks, A, L, last) -> dict[int, float]:
-    """Seconds each rank kept the others waiting at the step's collectives it reached last (per collective,
-    the median over the others of their wait)."""
+def _holds(A, E, L, last):
+    """Per collective (µs): who arrived last, the others' median wait; who left last, how much after their median."""
+    R, n = A.shape
+    if R < 2 or n == 0:
+        return last, np.zeros(n), last, np.zeros(n)
+    wait = np.array([np.median(np.delete(L[j] - A[:, j], last[j])) for j in range(n)])
+    lf = E.argmax(axis=0)
+    late = np.array([E[lf[j], j] - np.median(np.delete(E[:, j], lf[j])) for j in range(n)])
+    return last, np.maximum(wait, 0.0), lf, np.maximum(late, 0.0)
+
+
+def _held(in_step, ranks, hold) -> dict[int, float]:
+    """Seconds each rank held the others back at the step's collectives: the others' median wait at those it
+    reached last, plus how much later than the others' median it left those it left last."""
     held = dict.fromkeys(ranks, 0.0)
+    last, wait, lf, late = hold
     for j in in_step.tolist():
-        waits = np.delete(L[j] - A[:, j], last[j])
-        if waits.size:
-            held[ranks[last[j]]] += float(np.median(waits)) * US
+        held[ranks[last[j]]] += float(wait[j]) * US
+        held[ranks[lf[j]]] += float(late[j]) * US
     return held
 
 
 def _pacer(held, by_rank, ranks) -> int:
-    """The rank that held the others longest; with no waits, the rank holding most of the path outside
-    communication."""
+    """The rank that held the others longest; else the one holding most of the path outside communication."""
     if max(held.values(), default=0.0) > 0:
         return max(held, key=held.get)
     non_comm = {r: sum(v for c, v in p.items() if c != "comm") for r, p in by_rank.items()}
     return max(non_comm, key=non_comm.get) if non_comm else ranks[0]
 
 
-def _lateness(pi, in_step, ranks, views, A, E, L, last, d0):
+def _lateness(pi, in_step, ranks, views, A, X, L, last, d0, hold):
     """The others' waits at the step's collectives the pacer reached last, and the pacer's excess per cause
-    over the stretch that made it late: from the end of the collective before the first one it reached last
-    (every rank leaves a collective together, so they start that stretch in step) to its arrival there.
-    Later collectives inherit the lateness: the others computed their next gradients while they waited,
-    so comparing those stretches would charge the pacer's inherited compute, whatever made it late."""
+    over the stretch that made it late: from the last arrival at the collective before the first one it
+    reached last (from then on the ranks are in step: none can leave before it) to its arrival there — its
+    transfer of that collective to its proven end ``X`` (``comm``), then its own work (compute, data, host,
+    idle). Later collectives inherit the lateness (the others computed while they waited). Reaching none
+    last, it held the others by leaving late: ``comm`` is by how much (its step's sum)."""
     R = len(ranks)
     waited: dict[int, float] = {}
     reached_last = [j for j in in_step.tolist() if last[j] == pi]
-    if R < 2 or not reached_last:
+    if R < 2:
         return waited, {}
+    if not reached_last:
+        late = sum(float(hold[3][j]) for j in in_step.tolist() if hold[2][j] == pi) * US
+        return waited, ({"comm": late} if late > 0 else {})
     for j in reached_last:
         for ri in range(R):
             if ri != pi:
                 waited[ranks[ri]] = waited.get(ranks[ri], 0.0) + max(L[j] - A[ri, j], 0.0) * US
     j = reached_last[0]
-    own = np.zeros((R, len(_OWN)))
+    own = np.zeros((R, len(_OWN) + 1))                   # the own causes, then comm
     for ri in range(R):
-        a = max(d0[ri], E[ri, j - 1]) if j > 0 else d0[ri]
-        for cause, (s, e) in _classify(views[ranks[ri]], a, A[ri, j]):
+        a = max(d0[ri], L[j - 1]) if j > 0 else d0[ri]
+        b = min(max(a, X[ri, j - 1]), A[ri, j]) if j > 0 else a
+        own[ri, -1] = (b - a) * US
+        for cause, (s, e) in _classify(views[ranks[ri]], b, A[ri, j]):
             if cause in _OWN:
                 own[ri, _OWN.index(cause)] += (e - s) * US
     others = np.median(np.delete(own, pi, axis=0), axis=0)
-    return waited, {c: float(own[pi, k] - others[k]) for k, c in enumerate(_OWN)}
+    return waited, {c: float(own[pi, k] - others[k]) for k, c in enumerate((*_OWN, "comm"))}
 
 
 def _classify(v: RankView, a: float, b: float):
