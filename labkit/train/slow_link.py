@@ -20,6 +20,11 @@ pipeline-parallel traffic is not charged, so a layout whose TP or PP group would
 (put TP and PP inside a node — the fix chapter 29 measures); under accumulation with ``no_sync`` the
 buckets of the non-last micro-batches are not all-reduced and pay nothing, as on a real cluster.
 
+The same hook on one rank only is chapter 9's slow-link straggler (``TrainConfig(inject="straggler",
+straggler_by="link")``, :func:`install_straggler`): that rank's buckets cross its link in the overlap form, over a
+bandwidth chosen (:func:`slow_straggler_link`) so that one step's gradient bytes add what the other straggler
+kinds add — its collectives end after the others', which is what the cross-rank critical path reads.
+
 ``report()`` is what the rank's run record keeps under ``extra["slow_link"]``: buckets delayed and the
 seconds injected. Taught in chapter 29 (case review: more GPUs, slower training).
 """
@@ -33,7 +38,7 @@ from labkit import checks
 __all__ = ["check_config", "node_of", "spans_nodes", "delay_s", "install", "report", "check_layout",
            "install_straggler", "slow_straggler_link"]
 
-_STATE = {"buckets": 0, "bytes": 0, "injected_s": 0.0, "spans": False}
+_STATE = {"buckets": 0, "bytes": 0, "injected_s": 0.0, "spans": False, "straggler": False}
 
 
 def check_config(cfg, bad) -> None:
@@ -101,7 +106,7 @@ def install(ddp, cfg, group=None) -> None:
     check_layout(cfg, dist.get_world_size())
     span = spans_nodes(ranks, cfg.ranks_per_node)
     _STATE.update(buckets=0, bytes=0, injected_s=0.0, spans=span, group_size=len(ranks),
-                  ranks_per_node=cfg.ranks_per_node, gbit_s=cfg.inter_node_gbit_s)
+                  ranks_per_node=cfg.ranks_per_node, gbit_s=cfg.inter_node_gbit_s, straggler=False)
     ddp.register_comm_hook(group, _hook(len(ranks), lambda: cfg.inter_node_gbit_s if span else None,
                                         cfg.link_overlap))
 
