@@ -67,8 +67,8 @@ class StepPath:
     ``by_rank``: per rank on the path, seconds per cause; ``segments``: (rank, start_s, end_s, cause) from the
     step's start (time 0 = the start on the rank the walk ended on), in time order; ``waited_s``: per other
     rank, seconds spent at collectives the pacer reached last, before it arrived; ``excess_s``: per cause,
-    how much longer the pacer took than the median of the other ranks over the same stretches (``comm``: how
-    much later than their median it left the collectives it left last); ``held_s``: per rank, seconds it held
+    how much longer the pacer took than the median of the other ranks over the same stretches (``comm``: its
+    transfer there; reaching none last, how much after the next rank it left); ``held_s``: per rank, seconds it held
     the others back (their median wait where it arrived last, plus how much later it left where it left last).
     """
 
@@ -360,19 +360,19 @@ def _job_path(shared, ranks, views, kind, seq, coll_step, bounds, first, end, pe
 
 
 def _holds(A, E, L, last):
-    """Per collective (µs): who arrived last, the others' median wait; who left last, how much after their median."""
+    """Per collective (µs): who arrived last, the others' median wait; who left last, how long after the next one."""
     R, n = A.shape
     if R < 2 or n == 0:
         return last, np.zeros(n), last, np.zeros(n)
     wait = np.array([np.median(np.delete(L[j] - A[:, j], last[j])) for j in range(n)])
     lf = E.argmax(axis=0)
-    late = np.array([E[lf[j], j] - np.median(np.delete(E[:, j], lf[j])) for j in range(n)])
+    late = np.array([E[lf[j], j] - np.max(np.delete(E[:, j], lf[j])) for j in range(n)])   # after the runner-up
     return last, np.maximum(wait, 0.0), lf, np.maximum(late, 0.0)
 
 
 def _held(in_step, ranks, hold) -> dict[int, float]:
     """Seconds each rank held the others back at the step's collectives: the others' median wait at those it
-    reached last, plus how much later than the others' median it left those it left last."""
+    reached last, plus how much later than the next rank it left those it left last."""
     held = dict.fromkeys(ranks, 0.0)
     last, wait, lf, late = hold
     for j in in_step.tolist():
