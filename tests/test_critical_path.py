@@ -1,7 +1,8 @@
 """labkit.trace.critical_path (chapter 9): each step's cross-rank critical path — the pace-setting rank, its
-cause and the others' wait — on SYNTHETIC traces with known answers, the shipped real GPU trace (agreeing
-with the stragglers table), and live gloo jobs on 4 ranks with one rank slowed by host code, compute or its
-data loader. Asserts ranks and causes, never timings."""
+cause and the others' wait — on SYNTHETIC traces with known answers (GPU-shaped, and gloo-shaped ones for a
+slow link against the same delay in compute), the shipped real GPU trace (agreeing with the stragglers
+table), and live gloo jobs on 4 ranks with one rank slowed by host code, compute, its data loader or its
+link. Asserts ranks and causes, never timings."""
 from __future__ import annotations
 
 import json
@@ -68,6 +69,74 @@ def test_the_shipped_cpu_trace_has_no_slow_rank_as_the_stragglers_table_says():
     assert cp.kind == "cpu" and cp.verdict() == (None, None)
 
 
+def _cpu_job(out, *, slow=None, by=None, delay_us=30_000.0, transfer_us=5_000.0, steps=4, ranks=4):
+    """SYNTHETIC gloo-style traces (one file per rank): per step the main thread computes 20 ms (an op), the
+    ``gloo:all_reduce`` span on the gloo thread runs from the rank's arrival to the last arrival + the
+    transfer, then the optimizer (1 ms). ``by="compute"``: the slow rank computes ``delay_us`` longer;
+    ``by="link"``: its all-reduce ends ``delay_us`` after the others' (its own part of the transfer on a slow
+    link), so it also starts its next step that much later."""
+    out.mkdir(parents=True, exist_ok=True)
+    t, events = [0.0] * ranks, {r: [] for r in range(ranks)}
+    for s in range(2, 2 + steps):
+        arrive = [t[r] + 20_000.0 + (delay_us if by == "compute" and r == slow else 0.0) for r in range(ranks)]
+        last = max(arrive)
+        for r in range(ranks):
+            end = last + transfer_us + (delay_us if by == "link" and r == slow else 0.0)
+            x = lambda name, cat, tid, a, b: {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid,  # noqa: E731
+                                              "ts": a, "dur": b - a}
+            events[r] += [x(f"ProfilerStep#{s}", "user_annotation", 1, t[r], end + 1000.0),
+                          x("aten::mm", "cpu_op", 1, t[r], arrive[r]),
+                          x("gloo:all_reduce", "user_annotation", 2, arrive[r], end),
+                          x("Optimizer.step#AdamW.step", "user_annotation", 1, end, end + 1000.0),
+                          x("aten::add_", "cpu_op", 1, end, end + 1000.0)]
+            t[r] = end + 1000.0
+    for r in range(ranks):
+        doc = {"schemaVersion": 1, "deviceProperties": [], "traceEvents": events[r],
+               "distributedInfo": {"backend": "gloo", "rank": r, "world_size": ranks}}
+        (out / f"rank{r}.json").write_text(json.dumps(doc))
+    return critical_path(out)
+
+
+def test_a_slow_link_is_named_by_its_collectives_ending_after_the_others_and_compute_is_not(tmp_path):
+    """The link's signature in the spans: the rank arrives in step but leaves its all-reduces 30 ms after the
+    others (all-reduce ranks end together once the last one arrived), then reaches the next one 30 ms late
+    with no more compute than they had — cause 'comm'. The same delay spent in compute is 'compute'."""
+    link = _cpu_job(tmp_path / "link", slow=2, by="link")
+    assert link.kind == "cpu" and link.verdict() == (2, "comm")
+    for p in link.steps:
+        assert (p.pacer, p.cause, p.stands_out) == (2, "comm", True)
+        assert p.excess_s["comm"] == pytest.approx(0.03)
+        assert p.excess_s.get("compute", 0.0) == pytest.approx(0.0, abs=1e-9)   # it computed what they did
+    assert "ended 30 ms later than the other ranks' median" in link.steps[-1].sentence()
+    assert "slow link" in link.summary()
+    comp = _cpu_job(tmp_path / "compute", slow=1, by="compute")
+    assert comp.verdict() == (1, "compute")
+    assert all(p.excess_s["comm"] == 0.0 and p.excess_s["compute"] == pytest.approx(0.03) for p in comp.steps)
+
+
+def test_a_slow_ring_that_stretches_every_ranks_transfer_alike_names_no_rank(tmp_path):
+    """What the spans cannot say: a slow link inside a ring makes every rank's all-reduce long and end together
+    — communication on the path, nobody held back, so no rank is named (that takes per-link tests)."""
+    cp = _cpu_job(tmp_path, transfer_us=60_000.0)
+    assert cp.verdict() == (None, None)
+    assert all(max(p.by_rank[p.pacer], key=p.by_rank[p.pacer].get) == "comm" for p in cp.steps)
+
+
+def test_straggler_by_link_is_checked():
+    from labkit.train import TrainConfig
+
+    with pytest.raises(ValueError, match="straggler_by='link'.*parallel='ddp'"):
+        TrainConfig(inject="straggler", straggler_by="link", parallel="fsdp")
+    with pytest.raises(ValueError, match="straggler_by='link'.*communication hook"):
+        TrainConfig(inject="straggler", straggler_by="link", parallel="ddp", comm_hook="fp16")
+    from labkit.train.slow_link import delay_s, slow_straggler_link
+
+    g = slow_straggler_link(0.25, 4e6, 4)          # the link that makes one step's 4 MB take 0.25 s more
+    assert delay_s(4e6, 4, g) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="extra_s"):
+        slow_straggler_link(0.0, 4e6, 4)
+
+
 def test_bad_input_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         critical_path(tmp_path / "nope")
@@ -102,19 +171,21 @@ def test_straggler_by_is_checked():
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_live_gloo_jobs_name_the_slow_rank_and_its_cause(tmp_path):
-    """One launch of 4 gloo ranks, three jobs: a rank slowed by host code (a sleep outside any op), by
-    compute (extra matrix multiplies) and by its data loader — each named by the job's verdict."""
+    """One launch of 4 gloo ranks, four jobs: a rank slowed by host code (a sleep outside any op), by
+    compute (extra matrix multiplies), by its data loader and by a slow link (its gradient buckets held back
+    in its collectives) — each named by the job's verdict."""
     from labkit.train import TrainConfig, run_many
 
     fast = dict(model="tiny", seq_len=32, micro_batch=4, steps=8, warmup_steps=2, parallel="ddp")
-    kinds = {"host": 1, "compute": 2, "data": 3}
+    kinds = {"host": 1, "compute": 2, "data": 3, "link": 0}
     cfgs = [TrainConfig(**fast, inject="straggler", straggler_rank=r, straggler_by=k,
                         profile_dir=str(tmp_path / k)) for k, r in kinds.items()]
     run_many(cfgs, 4, timeout_s=360)
     got = {k: critical_path(tmp_path / k).verdict() for k in kinds}
     assert {k: v[0] for k, v in got.items()} == kinds, got          # the slow rank, every kind
     # the cause: host and data always; compute was once read as 'data' on an idle machine (4 ranks on 2 cores:
-    # the compute straggler's extra matmuls delay its next loader call) — benchmarks/bench_critical_path.py
-    # measures the rate (21/21 right at load 20-25)
+    # the compute straggler's extra matmuls delay its next loader call); the link was read as 'compute' once in
+    # 60 bench trials (the delay fell outside its all-reduce's span: torch runs a Future.then callback inline,
+    # on the training thread, when the future is already done) — benchmarks/bench_critical_path.py measures both
     assert got["host"][1] == "host" and got["data"][1] == "data", got
-    assert got["compute"][1] in ("compute", "data"), got
+    assert got["compute"][1] in ("compute", "data") and got["link"][1] in ("comm", "compute"), got

@@ -142,6 +142,24 @@ def test_order_desync_dtype_mismatch_and_no_majority(tmp_path):
     assert dg.kind == "size" and dg.culprits == [0, 1, 2, 3]     # 2 against 2: no side is blamed alone
 
 
+def test_a_two_rank_desync_is_said_to_be_ambiguous(tmp_path):
+    # rank 1 issues 3 all-reduces on 'hang_demo' then the world barrier; rank 0 issues a 4th all-reduce: each
+    # waits for the other, and with one rank on each side nothing in the dumps says which left the order
+    g = ("1", "hang_demo")
+    d = _write(tmp_path / "two", {0: [_entry(s, pg=g) for s in (1, 2, 3, 4)],
+                                  1: [_entry(s, pg=g) for s in (1, 2, 3)] + [_entry(1, op="barrier", size=0, rid=9)]})
+    dg = diagnose_hang(d)
+    assert dg.hung and dg.kind == "not_reached"
+    text = dg.explain()
+    assert "each side waits for the other" in text and "cannot say which side left the common order" in text
+    assert "is the one that left the common order" not in text
+    # with a majority (3 ranks, rank 2 the odd one) the side that left is named
+    d3 = _write(tmp_path / "three", {0: [_entry(s, pg=g) for s in (1, 2, 3, 4)], 1: [_entry(s, pg=g) for s in (1, 2, 3, 4)],
+                                     2: [_entry(s, pg=g) for s in (1, 2, 3)] + [_entry(1, op="barrier", size=0, rid=9)]})
+    dg3 = diagnose_hang(d3)
+    assert dg3.culprits == [2] and "rank 2 is the one that left the common order" in dg3.explain()
+
+
 def test_a_rank_stalled_before_a_groups_first_collective_and_groups_sharing_a_description(tmp_path):
     # gloo's dumps list no group members: rank 3 recorded nothing on 'hang_demo' while the others sit in
     # its #1 — rank 3 is taken as a member that never reached it

@@ -19,7 +19,8 @@ process group (torch's analyser ``torch.distributed.flight_recorder`` matches th
 
 A dump missing for a rank (it died by a signal, its host went away) is named; its collectives are
 unknown, so it is neither blamed nor cleared. A job whose groups all agree on every collective is not
-hung. Point-to-point ops (send/recv, numbered by ``p2p_seq_id``) are not matched. The odd ranks are the *minority*: with no majority (2 against 2) both sides are named.
+hung. Point-to-point ops (send/recv, numbered by ``p2p_seq_id``) are not matched. The odd ranks are the *minority*: with no majority (2 against 2) both sides are named — and a wait cycle with
+no majority (2 ranks, each waiting for the other) is said to be ambiguous: the dumps cannot tell who left the order.
 
 Taught in chapter 27 (hang diagnosis from Flight Recorder dumps).
 """
@@ -250,10 +251,16 @@ def _paragraph(dg: HangDiagnosis, dumps: list[FlightDump]) -> str:
         og = _gname(o.group, o.group_desc)
         if o.kind in ("not_reached", "ran_ahead"):
             cycle = set(o.waiting) <= set(f.culprits) and set(o.missing) & set(f.waiting)
+            even = len(set(f.culprits)) == len(set(f.waiting))     # no majority: 1 against 1, 2 against 2
             s += (f" {'Meanwhile' if cycle else 'Also'}, on {og} {_ranks(o.waiting)} "
                   f"{_verb(o.waiting, 'waits', 'wait')} in #{o.seq} ({o.op}) for {_ranks(o.missing)}"
                   + (" — each side waits for the other: the ranks are out of step (a desync), and "
-                     f"{_ranks(f.culprits)} is the one that left the common order" if cycle else "") + ".")
+                     + (f"{_ranks(f.culprits)} is the one that left the common order" if not even else
+                        f"with {len(f.culprits)} rank{'s' if len(f.culprits) > 1 else ''} on each side the dumps "
+                        f"cannot say which side left the common order — {_ranks(f.culprits)} or "
+                        f"{_ranks(f.waiting)}: the side named first is not more to blame; compare each side's "
+                        "code path (its call sites) with the order the job should issue")
+                     if cycle else "") + ".")
         else:
             s += f" Also, on {og}: a{'n' if o.kind in ('op', 'order') else ''} {o.kind} mismatch at #{o.seq}."
     return s + lost

@@ -205,6 +205,7 @@ class RankView:
             k = np.searchsorted(marks, ev.ts[self.comm_idx], side="right")
             cut = np.append(marks, np.inf)[k]
             comm_end = np.minimum(comm_end, cut)
+        self._comm_end = comm_end            # per comm_idx: the span's end, cut at the sync point (CPU)
         self._comm_u = iv.union(ev.ts[self.comm_idx], comm_end)
         self._mem_u = iv.union(ev.ts[self.mem_idx], end[self.mem_idx])
         if self.kind == "cpu":      # the main thread's ops minus collective launches/waits and the loader
@@ -316,7 +317,8 @@ class RankView:
 
     # ------------------------------------------------------------------ collectives
     def collectives(self, windows) -> list[dict]:
-        """Collectives inside the windows, in time order: type, start, duration, bytes (when known)."""
+        """Collectives inside the windows, in time order: type, start, duration, bytes (when known) and
+        ``end_us``: when the rank is known to have left it (on CPU the span cut at the next sync point)."""
         ev = self.ev
         span_s, span_e = iv.union([w[1] for w in windows], [w[2] for w in windows])
         out = []
@@ -343,7 +345,7 @@ class RankView:
                     nelems = max(int(args.get("In msg nelems") or 0), int(args.get("Out msg nelems") or 0))
                     nbytes = nelems * size
             out.append({"type": ctype, "name": name, "start_us": float(t0), "dur_us": float(ev.dur[i]),
-                        "bytes": nbytes})
+                        "bytes": nbytes, "end_us": float(self._comm_end[k])})
         return out
 
     def _param_comms(self, i, k, rpc, rpc_ts):

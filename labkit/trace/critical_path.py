@@ -19,12 +19,18 @@ an operator), ``data`` (inside the DataLoader's ``__next__``), ``comm`` (a colle
 under compute), then ``host`` (GPU: the device idle until the host launched the next kernel; CPU: the
 main thread outside any operator — Python, a sleep, a stall) and ``idle`` (GPU: the rest).
 
-The **pace-setting rank** of a step is the one that kept the others waiting longest at its collectives (the
-rank holding most of the path outside communication when nobody waited); its **cause** is the
-cause in which it exceeds the other ranks most over the stretch that made it late — from the end of the
-collective before the first one it reached last (the ranks leave a collective together) to its arrival. The others'
-time at those collectives before it arrived is what the slowest rank cost them (``waited_s``);
-:meth:`CriticalPath.lost_to_slowest` sums it by cause over the job.
+The **pace-setting rank** of a step is the one that held the others back longest at its collectives (else the
+rank holding most of the path outside communication): by arriving last (the others' median wait for it) or by
+*leaving* last — an all-reduce's ranks end together once the last one arrived (AMD-AGI/TraceLens#22), so a
+later end is a transfer of its own: a slow link. Its **cause** is the one in which it exceeds the other ranks
+most over the stretch that made it late: from the last arrival at the collective before the first one it
+reached last (from then on they are in step) to its arrival — its transfer (``comm``), then its own work;
+reaching none last, ``comm``. The others' time at those collectives before it arrived is what it cost them
+(``waited_s``); :meth:`CriticalPath.lost_to_slowest` sums it by cause over the job.
+
+A slow link in a real ring stretches every rank's transfer alike (each ring step waits for its slowest hop): the
+spans then show long communication everywhere and name no rank — that takes per-link tests. What they do name
+is a link that finishes one rank's part later than the others': ``TrainConfig(straggler_by="link")``.
 
 Clocks: the ranks' timestamps are compared directly, as :mod:`labkit.trace.stragglers` and HTA do — true
 for ranks on one host (one clock) and for hosts kept in step by PTP/NTP to well under a collective's span.
@@ -42,6 +48,7 @@ import numpy as np
 
 from labkit import checks
 from labkit.trace.breakdown import RankView
+from labkit.trace.pacing import _excess, _held, _holds, _lateness, _own_time, _pacer
 from labkit.trace.stragglers import LATE_MARGIN, binom_tail
 from labkit.units import US
 
@@ -49,7 +56,6 @@ __all__ = ["critical_path", "critical_path_of", "critical_path_from", "CriticalP
 
 #: what a stretch of the path is spent on (see the module docstring for the priority)
 CAUSES = ("compute", "data", "comm", "host", "idle")
-_OWN = ("compute", "data", "host", "idle")       # causes a rank can be slow by (not waiting, not transfer)
 
 
 @dataclass
@@ -59,7 +65,9 @@ class StepPath:
     ``by_rank``: per rank on the path, seconds per cause; ``segments``: (rank, start_s, end_s, cause) from the
     step's start (time 0 = the start on the rank the walk ended on), in time order; ``waited_s``: per other
     rank, seconds spent at collectives the pacer reached last, before it arrived; ``excess_s``: per cause,
-    how much longer the pacer took than the median of the other ranks over the same stretches.
+    how much longer the pacer took than the median of the other ranks over the same stretches (``comm``: its
+    transfer there; reaching none last, how much after the next rank it left); ``held_s``: per rank, seconds it held
+    the others back (their median wait where it arrived last, plus how much later it left where it left last).
     """
 
     step: int
@@ -81,10 +89,10 @@ class StepPath:
 
     @property
     def stands_out(self) -> bool:
-        """Whether the pacer kept the others waiting for at least ``margin`` of the step (the stragglers
-        module's :data:`~labkit.trace.stragglers.LATE_MARGIN` of the trace's kind) — otherwise the ranks were
-        in step and which one the path ran through is chance."""
-        return self.duration_s > 0 and self.others_wait_s >= self.margin * self.duration_s
+        """Whether the pacer held the others back (``held_s``) for at least ``margin`` of the step (the
+        stragglers module's :data:`~labkit.trace.stragglers.LATE_MARGIN` of the trace's kind) — otherwise the
+        ranks were in step and which one the path ran through is chance."""
+        return self.duration_s > 0 and self.held_s.get(self.pacer, 0.0) >= self.margin * self.duration_s
 
     @property
     def pacer_share(self) -> float:
@@ -106,6 +114,9 @@ class StepPath:
             ex = self.excess_s.get(self.cause, 0.0)
             if ex > 0:
                 s += f", {_fmt(ex)} more than the other ranks' median"
+        elif self.cause == "comm" and self.excess_s.get("comm", 0.0) > 0:
+            s += (f"; its collectives ended {_fmt(self.excess_s['comm'])} later than the other ranks' median "
+                  "(its own transfer, after they had left: a slow link)")
         elif self.cause == "comm":
             s += "; the path is mostly communication (no rank arrived much later than the others)"
         if self.waited_s:
@@ -116,7 +127,7 @@ class StepPath:
 
 
 _CAUSE_WORDS = {"compute": "compute", "data": "waiting on the data loader", "host": "host code outside any op",
-                "idle": "idle", "comm": "communication"}
+                "idle": "idle", "comm": "communication (a slow link: its collectives end after the others')"}
 
 
 def _fmt(s: float) -> str:
@@ -154,11 +165,11 @@ class CriticalPath:
         return out
 
     def verdict(self) -> tuple[int | None, str | None]:
-        """(rank, cause) of the job's slowest rank: the rank that kept the others waiting longest over all
-        steps, if that is at least the margin (:attr:`StepPath.margin`) of the job's time and it was last
-        at more collectives than chance would make it (the stragglers table's test); its cause is the
-        one of the steps it set the pace of, weighted by how long it held the others (its largest path
-        cause if it set none). (None, None) when no rank held the others back. Taught in chapter 9."""
+        """(rank, cause) of the job's slowest rank: the rank that held the others back longest over all
+        steps, if that is at least the margin (:attr:`StepPath.margin`) of the job's time and it held them
+        (arrived or left last) at more collectives than chance would make it (the stragglers table's test);
+        its cause is the one of the steps it set the pace of, weighted by how long it held the others (its
+        largest path cause if it set none). (None, None) when no rank held the others back. Taught in chapter 9."""
         if not self.steps:
             return None, None
         held: dict[int, float] = {}
@@ -169,8 +180,8 @@ class CriticalPath:
         if not held or max(held.values()) < self.steps[0].margin * total:
             return None, None
         rank = max(held, key=held.get)
-        # a slow rank is last again and again; ranks time-sliced on shared cores take turns. The stragglers
-        # table's test: last at more than half the collectives, and more often than chance (binomial, 10 %)
+        # a slow rank holds the others again and again; ranks time-sliced on shared cores take turns. The
+        # stragglers table's test: at more than half the collectives, more often than chance (binomial, 10 %)
         n, k = self.n_collectives, self.times_last.get(rank, 0)
         if not (k > n / 2 and binom_tail(n, k, 1 / len(self.ranks)) < 0.10):
             return None, None
@@ -300,10 +311,11 @@ def critical_path_from(summaries) -> CriticalPath:
     R, n = len(ranks), len(coll_step)
     A = np.array([smap[r].coll_start[seq[r]] for r in ranks]).reshape(R, n)
     E = A + np.array([smap[r].coll_dur[seq[r]] for r in ranks]).reshape(R, n)
+    X = np.array([smap[r].coll_end[seq[r]] for r in ranks]).reshape(R, n)   # proven ends (CPU: the cut span)
     bounds = {r: np.array([wins[r][sid][1] for sid in shared]) for r in ranks}
     first = {r: wins[r][shared[0]][1] for r in ranks}
     end = {r: wins[r][shared[-1]][2] for r in ranks}
-    return _job_path(shared, ranks, lambda r: smap[r].class_index(), kind, A, E, coll_step, bounds, first, end,
+    return _job_path(shared, ranks, lambda r: smap[r].class_index(), kind, A, E, X, coll_step, bounds, first, end,
                      per_step)
 
 
@@ -321,13 +333,14 @@ def _classify_all(queries, index_of) -> list:
     return out
 
 
-def _job_path(shared, ranks, index_of, kind, A, E, coll_step, bounds, first, end, per_step) -> CriticalPath:
+def _job_path(shared, ranks, index_of, kind, A, E, X, coll_step, bounds, first, end, per_step) -> CriticalPath:
     """Walk the whole profiled span once (a rank's lateness is often caused at the end of its previous
     step: a stall after the optimizer delays the next step's first collective), then cut the path into
     steps at each rank's own step boundaries."""
     n = len(coll_step)
     L = A.max(axis=0) if n else np.zeros(0)
     last = A.argmax(axis=0) if n else np.zeros(0, dtype=int)
+    hold = _holds(A, X, L, last)                        # X: each rank's proven end of each collective
     d0 = np.array([first[r] for r in ranks])
     d1 = np.array([end[r] for r in ranks])
     i = int(d1.argmax())
@@ -365,14 +378,14 @@ def _job_path(shared, ranks, index_of, kind, A, E, coll_step, bounds, first, end
         for r, s, e, cause in ps:
             by_rank.setdefault(r, dict.fromkeys(CAUSES, 0.0))[cause] += (e - s) * US
         duration = sum(sum(p.values()) for p in by_rank.values())
-        held = _held(np.flatnonzero(coll_step == sid), ranks, A, L, last)
+        held = _held(np.flatnonzero(coll_step == sid), ranks, hold)
         pacer = _pacer(held, by_rank, ranks)
-        waited, j = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, A, L, last)
-        walked.append((sid, ps, by_rank, duration, held, pacer, waited, j))
-    own = _own_time(walked, ranks, index_of, A, E, d0)
+        waited, j, left = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, A, L, last, hold)
+        walked.append((sid, ps, by_rank, duration, held, pacer, waited, j, left))
+    own = _own_time(walked, ranks, index_of, A, X, L, d0)
     steps = []
-    for k, (sid, ps, by_rank, duration, held, pacer, waited, j) in enumerate(walked):
-        excess = _excess(ranks.index(pacer), own[k]) if j is not None else {}
+    for k, (sid, ps, by_rank, duration, held, pacer, waited, j, left) in enumerate(walked):
+        excess = _excess(ranks.index(pacer), own[k]) if j is not None else left
         t0 = min((p[1] for p in ps), default=0.0)
         if excess and max(excess.values()) > 0:
             cause = max(excess, key=excess.get)
@@ -383,71 +396,6 @@ def _job_path(shared, ranks, index_of, kind, A, E, coll_step, bounds, first, end
         steps.append(StepPath(step=int(sid), duration_s=duration, pacer=pacer, cause=cause, by_rank=by_rank,
                               segments=segs, waited_s=waited, excess_s=excess, matched=per_step[sid],
                               margin=LATE_MARGIN[kind], held_s=held))
-    lastc = {r: int(((last == i) & (L - A.min(axis=0) > 0)).sum()) for i, r in enumerate(ranks)} if n else {}
+    who = np.where(hold[1] >= hold[3], hold[0], hold[2])     # who held the others most at each collective
+    lastc = {r: int(((who == i) & (np.maximum(hold[1], hold[3]) > 0)).sum()) for i, r in enumerate(ranks)}
     return CriticalPath(kind=kind, ranks=sorted(ranks), steps=steps, n_collectives=n, times_last=lastc)
-
-
-def _held(in_step, ranks, A, L, last) -> dict[int, float]:
-    """Seconds each rank kept the others waiting at the step's collectives it reached last (per collective,
-    the median over the others of their wait)."""
-    held = dict.fromkeys(ranks, 0.0)
-    for j in in_step.tolist():
-        waits = np.delete(L[j] - A[:, j], last[j])
-        if waits.size:
-            held[ranks[last[j]]] += float(np.median(waits)) * US
-    return held
-
-
-def _pacer(held, by_rank, ranks) -> int:
-    """The rank that held the others longest; with no waits, the rank holding most of the path outside
-    communication."""
-    if max(held.values(), default=0.0) > 0:
-        return max(held, key=held.get)
-    non_comm = {r: sum(v for c, v in p.items() if c != "comm") for r, p in by_rank.items()}
-    return max(non_comm, key=non_comm.get) if non_comm else ranks[0]
-
-
-def _lateness(pi, in_step, ranks, A, L, last):
-    """The others' waits at the step's collectives the pacer reached last, and the first of them (None if it
-    reached none last, or alone): the stretch that made the pacer late runs, on every rank, from the end of
-    the collective before it (every rank leaves a collective together, so they start that stretch in step)
-    to the rank's arrival there (:func:`_own_time`). Later collectives inherit the lateness: the others
-    computed their next gradients while they waited, so comparing those stretches would charge the pacer's
-    inherited compute, whatever made it late."""
-    R = len(ranks)
-    waited: dict[int, float] = {}
-    reached_last = [j for j in in_step.tolist() if last[j] == pi]
-    if R < 2 or not reached_last:
-        return waited, None
-    for j in reached_last:
-        for ri in range(R):
-            if ri != pi:
-                waited[ranks[ri]] = waited.get(ranks[ri], 0.0) + max(L[j] - A[ri, j], 0.0) * US
-    return waited, reached_last[0]
-
-
-def _own_time(walked, ranks, index_of, A, E, d0) -> np.ndarray:
-    """Seconds per own cause (:data:`_OWN`) each rank spent in the stretch before each step's first
-    collective its pacer reached last (steps × ranks × causes), rank by rank: one rank's index at a time,
-    each stretch reduced to its four sums as soon as it is classified."""
-    own = np.zeros((len(walked), len(ranks), len(_OWN)))
-    for ri, r in enumerate(ranks):
-        if all(w[7] is None for w in walked):
-            break
-        index = index_of(r)
-        for k, w in enumerate(walked):
-            j = w[7]
-            if j is None:
-                continue
-            a = max(d0[ri], E[ri, j - 1]) if j > 0 else d0[ri]
-            for cause, (s, e) in index.classify(a, A[ri, j]):
-                if cause in _OWN:
-                    own[k, ri, _OWN.index(cause)] += (e - s) * US
-        del index
-    return own
-
-
-def _excess(pi, own) -> dict[str, float]:
-    """The pacer's excess per own cause over the median of the other ranks (``own``: ranks × causes)."""
-    others = np.median(np.delete(own, pi, axis=0), axis=0)
-    return {c: float(own[pi, k] - others[k]) for k, c in enumerate(_OWN)}

@@ -138,6 +138,7 @@ class RankSummary:
     coll_dur: np.ndarray
     coll_bytes: np.ndarray
     comp_before: np.ndarray
+    coll_end: np.ndarray                 # when the rank is known to have left each collective (CPU: the cut span)
     ops_kernel: object = None
     ops_cpu: object = None
     index: ClassIndex | None = field(default=None, repr=False)
@@ -149,8 +150,10 @@ class RankSummary:
 
     def collectives(self) -> list[dict]:
         """The collectives as :meth:`labkit.trace.breakdown.RankView.collectives` lists them (no names)."""
-        return [{"type": t, "start_us": float(s), "dur_us": float(d), "bytes": None if b != b else int(b)}
-                for t, s, d, b in zip(self.coll_type, self.coll_start, self.coll_dur, self.coll_bytes, strict=True)]
+        return [{"type": t, "start_us": float(s), "dur_us": float(d), "bytes": None if b != b else int(b),
+                 "end_us": float(x)}
+                for t, s, d, b, x in zip(self.coll_type, self.coll_start, self.coll_dur, self.coll_bytes,
+                                         self.coll_end, strict=True)]
 
 
 def check_summaries(fn: str, summaries) -> None:
@@ -178,6 +181,7 @@ def summarize(v: RankView, steps=None, *, index=True) -> RankSummary:
     cs = v.collectives(wins) if wins else []
     start = np.array([c["start_us"] for c in cs], dtype=float)
     dur = np.array([c["dur_us"] for c in cs], dtype=float)
+    cend = np.array([c["end_us"] for c in cs], dtype=float)
     nbytes = np.array([np.nan if c["bytes"] is None else c["bytes"] for c in cs], dtype=float)
     comp_before = np.zeros(len(cs))
     if cs:
@@ -196,7 +200,7 @@ def summarize(v: RankView, steps=None, *, index=True) -> RankSummary:
         path=ev.path, rank=ev.rank, world_size=ev.world_size, backend=ev.backend, synthetic=ev.synthetic,
         start_us=ev.start_us, window_us=ev.window_us, has_base_time=ev.has_base_time, kind=v.kind,
         step_ids=sorted(int(s) for s in v.step_ids), wins=wins, steps_table=rows, coll_type=[c["type"] for c in cs],
-        coll_start=start, coll_dur=dur, coll_bytes=nbytes, comp_before=comp_before,
+        coll_start=start, coll_dur=dur, coll_bytes=nbytes, comp_before=comp_before, coll_end=cend,
         ops_kernel=_op_table(v, wins, KERNEL, device=True) if wins else None,
         ops_cpu=_op_table(v, wins, CPU_OP, device=False) if wins else None,
         index=index, index_file=index_file)

@@ -48,7 +48,9 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   (every rank's training thread blocks outside any op once per step, as a hidden host sync would) and
   ``"straggler"`` (the same block on one rank only, ``straggler_rank``, so the others wait for it at the
   collectives; ``straggler_by="compute"`` spends it in matrix multiplies instead, ``"data"`` in that rank's
-  loader), ``"work"`` (every rank multiplies ``work_matmuls`` 128×128 matrices per step: a code regression of
+  loader, ``"link"`` on that rank's link: its DDP gradient buckets are held back, on its communication thread,
+  by a ring all-reduce's bandwidth term over a link sized to add the same time, :mod:`labkit.train.slow_link`),
+  ``"work"`` (every rank multiplies ``work_matmuls`` 128×128 matrices per step: a code regression of
   known size, lab 11); ``inject_share`` is the share of a clean step the data/comm/host/straggler/work
   injection adds unless ``data_slowdown_s``/``comm_pad_mb``/``host_stall_s``/``work_matmuls`` fix it;
 - **the data pipeline** (chapter 22): ``num_workers``, ``prefetch_factor``, ``persistent_workers``,
@@ -78,8 +80,8 @@ COMM_HOOKS = (None, "fp16", "bf16", "powersgd")                            # DDP
 LOSS_SCALES = ("auto", "dynamic", "off")                                  # or a number: a static scale
 INJECTIONS = ("none", "data", "compute", "comm", "memory", "host", "straggler", "work")
 #: what slows the straggler rank (chapter 9's critical path): a block outside any op, extra compute in ops,
-#: or a slow loader on that rank only
-STRAGGLER_KINDS = ("host", "compute", "data")
+#: a slow loader, or a slow link (its gradient buckets held back in its collectives) on that rank only
+STRAGGLER_KINDS = ("host", "compute", "data", "link")
 SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")     # FSDP1
 BACKWARD_PREFETCH = (None, "BACKWARD_PRE", "BACKWARD_POST")                # FSDP1
 FSDP_WRAP = ("block", "model")                   # FSDP units: one per transformer block + root, or the root only
@@ -251,6 +253,8 @@ class TrainConfig:
             bad("straggler_by", f"choose one of {STRAGGLER_KINDS}")
         if self.straggler_by != "host" and self.inject != "straggler":
             bad("straggler_by", "it says what slows the straggler: use it with inject='straggler'")
+        if self.straggler_by == "link":
+            self._check_link_straggler(bad)
         checks.fraction("TrainConfig.inject_share", self.inject_share, open_low=True, open_high=True)
         checks.count("TrainConfig.work_matmuls", self.work_matmuls, at_least=0, at_most=10**7)
         if self.work_matmuls and self.inject != "work":
@@ -274,6 +278,16 @@ class TrainConfig:
         from labkit.train.slow_link import check_config
 
         check_config(self, bad)
+
+    def _check_link_straggler(self, bad) -> None:
+        """``straggler_by="link"`` is a DDP communication hook on plain data parallelism (chapter 9)."""
+        if self.parallel != "ddp" or self.tp * self.pp * self.cp * self.ep > 1:
+            bad("straggler_by", "the slow link holds back DDP gradient buckets: use parallel='ddp' without tp/pp/cp/ep")
+        if self.comm_hook is not None or self.ranks_per_node is not None:
+            bad("straggler_by", "the slow link is itself a DDP communication hook: use it without comm_hook and "
+                "without ranks_per_node/inter_node_gbit_s")
+        if self.inject_steps is not None:
+            bad("straggler_by", "the slow link is on for the whole run: use it without inject_steps")
 
     def _check_ddp_knobs(self, bad) -> None:
         """Chapter 19's DDP knobs: ``bucket_cap_mb`` (None = torch's default, 25 MiB with a 1 MiB first

@@ -18,7 +18,10 @@ inject        what changes
               log write) costs on a GPU, where the host then waits for the device; on CPU there is no
               device queue to wait for, so the block is a sleep (SIMULATED cost, real time)
 ``straggler`` the same block on one rank only (``straggler_rank``, default the last): a slow node or
-              a busy host; the other ranks wait for it inside the next step's gradient all-reduce
+              a busy host; the other ranks wait for it inside the next step's gradient all-reduce.
+              ``straggler_by`` = ``"compute"`` (matrix multiplies), ``"data"`` (its loader sleeps) or
+              ``"link"`` (its gradient buckets held back in its collectives by a link sized to add
+              the same time, :func:`labkit.train.slow_link.slow_straggler_link`)
 ``work``      every rank does a fixed amount of extra compute each step: ``work_matmuls`` multiplies
               of two 128×128 fp32 matrices (2·128³ FLOPs each) at the end of the step — a regression
               of known size (lab 11's slowdown to catch). Real work, not a sleep: it costs the same

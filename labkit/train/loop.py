@@ -13,7 +13,8 @@ The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. 
     comm          only with inject="comm": the padded all-reduce
     optimizer     AdamW step (scaler.step + update: skipped on overflow), zero_grad — in the implementation
                   cfg.optimizer_impl names (for-loop / foreach / fused, labkit.train.optim, chapter 17)
-    (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase;
+    (no phase)    only with inject="host"/"straggler": the host stall, outside every op and phase
+                  (straggler_by="link": none — the slow rank's gradient buckets wait in its collectives);
                   with inject="work": the extra multiplies (op ``inject:work``), after the optimizer
     (between)     chapter 25 (labkit.train.adaptive.AdaptiveRun): the next step's accumulation and learning
                   rate, the held-out evaluation, the weight average
@@ -308,6 +309,11 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
         stall = stall_s if inject.stalls_here(cfg, rank, n) else 0.0
         if stall and cfg.straggler_by == "data":     # the straggler's loader sleeps per sample instead
             slow, stall = stall / (cfg.micro_batch * cfg.first_accum), 0.0
+        if stall and cfg.straggler_by == "link":     # its link: gradient buckets held back in its collectives
+            from labkit.train.slow_link import slow_straggler_link
+
+            facts["link_gbit_s_used"] = slow_straggler_link(stall, 4 * inject._n_params(cfg), n)
+            stall = 0.0
         batches = _batches(cfg, slow or cfg.data_slowdown_s, n, device)   # from the first batch, as a clean run
         if pad_mb:
             pad = torch.zeros(max(1, int(pad_mb * 2**20 / 4)), device=device)
@@ -347,7 +353,7 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
         from labkit.train.parallel import layout
 
         record.extra["layout"] = layout(cfg, n, rank)
-    if cfg.inter_node_gbit_s:
+    if cfg.inter_node_gbit_s or cfg.straggler_by == "link":
         from labkit.train.slow_link import report as link_report
 
         record.extra["slow_link"] = link_report()

@@ -292,6 +292,10 @@ def parallelize(model, cfg, device):
             from labkit.train.slow_link import install
 
             install(model, cfg)
+        if cfg.straggler_by == "link":                # chapter 9: one rank's slow link (sized after calibration)
+            from labkit.train.slow_link import install_straggler
+
+            install_straggler(model)
     elif cfg.parallel == "fsdp":
         model = _fsdp2(model, cfg, device, n)
     elif cfg.parallel == "fsdp1":

@@ -20,6 +20,11 @@ pipeline-parallel traffic is not charged, so a layout whose TP or PP group would
 (put TP and PP inside a node — the fix chapter 29 measures); under accumulation with ``no_sync`` the
 buckets of the non-last micro-batches are not all-reduced and pay nothing, as on a real cluster.
 
+The same hook on one rank only is chapter 9's slow-link straggler (``TrainConfig(inject="straggler",
+straggler_by="link")``, :func:`install_straggler`): that rank's buckets cross its link in the overlap form, over a
+bandwidth chosen (:func:`slow_straggler_link`) so that one step's gradient bytes add what the other straggler
+kinds add — its collectives end after the others', which is what the cross-rank critical path reads.
+
 ``report()`` is what the rank's run record keeps under ``extra["slow_link"]``: buckets delayed and the
 seconds injected. Taught in chapter 29 (case review: more GPUs, slower training).
 """
@@ -30,9 +35,10 @@ import time
 
 from labkit import checks
 
-__all__ = ["check_config", "node_of", "spans_nodes", "delay_s", "install", "report", "check_layout"]
+__all__ = ["check_config", "node_of", "spans_nodes", "delay_s", "install", "report", "check_layout",
+           "install_straggler", "slow_straggler_link"]
 
-_STATE = {"buckets": 0, "bytes": 0, "injected_s": 0.0, "spans": False}
+_STATE = {"buckets": 0, "bytes": 0, "injected_s": 0.0, "spans": False, "straggler": False}
 
 
 def check_config(cfg, bad) -> None:
@@ -95,27 +101,36 @@ def install(ddp, cfg, group=None) -> None:
     """Register the slow link on a DDP model whose data-parallel ``group`` (None = the world) is known: a
     bucket of a group spanning nodes sleeps :func:`delay_s` then all-reduces. Taught in chapter 29."""
     import torch.distributed as dist
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
     check_layout(cfg, dist.get_world_size())
     span = spans_nodes(ranks, cfg.ranks_per_node)
     _STATE.update(buckets=0, bytes=0, injected_s=0.0, spans=span, group_size=len(ranks),
-                  ranks_per_node=cfg.ranks_per_node, gbit_s=cfg.inter_node_gbit_s)
+                  ranks_per_node=cfg.ranks_per_node, gbit_s=cfg.inter_node_gbit_s, straggler=False)
+    ddp.register_comm_hook(group, _hook(len(ranks), lambda: cfg.inter_node_gbit_s if span else None,
+                                        cfg.link_overlap))
 
-    link = threading.Lock()     # link_overlap: one link, so delayed buckets cross it one after the other
+
+def _hook(group_size: int, gbit_s, overlap: bool):
+    """The slow link's DDP comm hook: each bucket of ``nbytes`` is held back :func:`delay_s` (a ring all-reduce
+    of its bytes over ``gbit_s()`` Gb/s; None = no delay) — on the training thread before its all-reduce, or
+    with ``overlap`` on the communication thread as the all-reduce completes (one bucket at a time)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    link = threading.Lock()     # overlap: one link, so delayed buckets cross it one after the other
 
     def hook(pg, bucket):
         buf = bucket.buffer()
         nbytes = buf.numel() * buf.element_size()
-        d = delay_s(nbytes, len(ranks), cfg.inter_node_gbit_s) if span else 0.0
+        g = gbit_s()
+        d = delay_s(nbytes, group_size, g) if g else 0.0
         _STATE["buckets"] += 1
         _STATE["bytes"] += nbytes
         _STATE["injected_s"] += d
-        if d and not cfg.link_overlap:
+        if d and not overlap:
             time.sleep(d)
         fut = default_hooks.allreduce_hook(pg, bucket)
-        if not (d and cfg.link_overlap):
+        if not (d and overlap):
             return fut
 
         def cross(done):        # on the communication thread, as the all-reduce completes: inside its span
@@ -125,7 +140,30 @@ def install(ddp, cfg, group=None) -> None:
 
         return fut.then(cross)
 
-    ddp.register_comm_hook(group, hook)
+    return hook
+
+
+def install_straggler(ddp) -> None:
+    """``TrainConfig(inject="straggler", straggler_by="link")`` (chapter 9): every rank gets the slow link's
+    hook with no delay until :func:`slow_straggler_link` gives this rank's link a bandwidth — then its buckets
+    are held back on its communication thread, as they complete (the overlap form: the time is spent in its
+    collectives, not in its backward). Taught in chapter 9 (the critical path of a job with one slow rank)."""
+    import torch.distributed as dist
+
+    n = dist.get_world_size()
+    _STATE.update(buckets=0, bytes=0, injected_s=0.0, spans=False, group_size=n, gbit_s=None, straggler=True)
+    ddp.register_comm_hook(None, _hook(n, lambda: _STATE["gbit_s"], overlap=True))
+
+
+def slow_straggler_link(extra_s: float, grad_bytes: float, group_size: int) -> float:
+    """Give this rank the link that makes a ring all-reduce of one step's gradients (``grad_bytes``) over
+    ``group_size`` ranks take ``extra_s`` seconds: Gb/s = 2(n−1)/n · bytes · 8 / (extra_s · 10⁹) (the inverse of
+    :func:`delay_s`). Returns that bandwidth. Taught in chapter 9."""
+    checks.positive("extra_s", extra_s)
+    n = checks.count("group_size", group_size, at_least=2)
+    gbit = 2 * (n - 1) / n * checks.positive("grad_bytes", grad_bytes) * 8 / (extra_s * 1e9)
+    _STATE.update(gbit_s=gbit, spans=True, buckets=0, bytes=0, injected_s=0.0)
+    return gbit
 
 
 def report() -> dict:
