@@ -24,19 +24,19 @@ course:
 	$(PY) -m labkit release --course my-course
 	$(VENV)/bin/jupyter lab $(LAB_FLAGS)
 
+# every notebook is executed once, inside pytest: under nbval (its checked cells compared with the committed outputs)
+# when it has checked cells, else under papermill, the labs by their grading tests (tests/test_notebooks.py);
+# --dist loadgroup hands out the longest tests first (tests/conftest.py, tests/data/durations.json)
 test:
 	./scripts/bootstrap.sh dev
 	$(PY) -m ruff check labkit tests benchmarks conftest.py
-	rm -rf build/nbval
-	$(PY) -m pytest -n $(JOBS) --durations=30 tests
-	$(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
-	    --nbval-kernel-name python3 -n $(JOBS) --dist loadfile build/nbval
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup --durations=30 tests
 
 unit:
-	$(PY) -m pytest -n $(JOBS) -m "not notebook" tests
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not notebook" tests
 
 notebooks:
-	$(PY) -m pytest -n $(JOBS) -m notebook tests
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m notebook tests
 
 bench:
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
