@@ -25,7 +25,7 @@ course:
 	$(VENV)/bin/jupyter lab $(LAB_FLAGS)
 
 # every notebook is executed once, inside pytest: under nbval (its checked cells compared with the committed outputs)
-# when it has checked cells, else under papermill, the labs by their grading tests (tests/test_notebooks.py);
+# when it has checked cells, else under papermill (tests/test_notebooks.py);
 # --dist loadgroup hands out the longest tests first (tests/conftest.py, tests/data/durations.json)
 test:
 	./scripts/bootstrap.sh dev

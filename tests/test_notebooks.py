@@ -3,9 +3,8 @@
 The manifest (labkit/course.toml) says which notebooks exist and how long each takes; the longest
 run first so ``pytest -n 2`` finishes early. A notebook with cells marked ``# NBVAL_CHECK_OUTPUT`` is executed by
 nbval (``pytest --nbval-lax`` on ``build/nbval/<path>``, the source with the CI parameters and its committed
-outputs: every cell must run without error and each checked cell's output must match); any other notebook by
-papermill. The labs are executed by their grading tests (tests/_labs.py ``GRADED_IN_FULL``: the instructor source
-graded with the same parameters, every cell checked to have run), not a second time here.
+outputs: every cell must run without error and each checked cell's output must match); any other notebook (the
+labs, the index) by papermill.
 """
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-from _labs import GRADED_IN_FULL  # tests/_labs.py: the labs' grading tests execute them
 
 from labkit import course, notebooks
 from labkit.paths import repo_root
@@ -47,17 +45,8 @@ def test_notebook_has_one_parameters_cell_and_no_stored_errors(entry):
     assert not errors, f"{entry.path}: a stored output is an error"
 
 
-def test_every_lab_is_executed_by_its_grading_test():
-    labs = {e.id for e in READY if e.kind == "lab"}
-    assert labs == set(GRADED_IN_FULL), "a lab neither graded in full (tests/_labs.py) nor executed here"
-    for lab, where in GRADED_IN_FULL.items():        # the named test checks every cell of the source ran
-        text = (ROOT / where).read_text()
-        assert "assert_every_cell_ran(" in text and (lab in text or "GRADED_IN_FULL" in text), (lab, where)
-
-
 @pytest.mark.notebook
-@pytest.mark.parametrize("entry", [e for e in READY if e.gpus == 0 and e.id not in GRADED_IN_FULL],
-                         ids=lambda e: e.id)
+@pytest.mark.parametrize("entry", [e for e in READY if e.gpus == 0], ids=lambda e: e.id)
 def test_notebook_executes_with_cpu_parameters(entry, calibrated_peaks):
     src = ROOT / entry.path
     if notebooks.has_checked_outputs(src):         # one execution: nbval runs every cell and compares the checked
