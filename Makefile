@@ -25,18 +25,17 @@ course:
 	$(VENV)/bin/jupyter lab $(LAB_FLAGS)
 
 # every notebook is executed once, inside pytest: under nbval (its checked cells compared with the committed outputs)
-# when it has checked cells, else under papermill (tests/test_notebooks.py);
-# --dist loadgroup hands out the longest tests first (tests/conftest.py, tests/data/durations.json)
+# when it has checked cells, else under papermill (tests/test_notebooks.py)
 test:
 	./scripts/bootstrap.sh dev
 	$(PY) -m ruff check labkit tests benchmarks conftest.py
-	$(PY) -m pytest -n $(JOBS) --dist loadgroup --durations=30 tests
+	$(PY) -m pytest -n $(JOBS) --durations=30 tests
 
 unit:
-	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not notebook" tests
+	$(PY) -m pytest -n $(JOBS) -m "not notebook" tests
 
 notebooks:
-	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m notebook tests
+	$(PY) -m pytest -n $(JOBS) -m notebook tests
 
 bench:
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -1,9 +1,6 @@
 """Every test sees an empty labkit cache (no calibration) unless it makes one: a learner's or CI's
-calibrated peaks never leak into what a test expects (labkit.hardware.calibration). The collection is ordered
-longest first for xdist (below)."""
+calibrated peaks never leak into what a test expects (labkit.hardware.calibration)."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -55,52 +52,3 @@ def calibrated_peaks(tmp_path_factory):
             os.environ.pop("LABKIT_CACHE_DIR", None)
         else:
             os.environ["LABKIT_CACHE_DIR"] = old
-
-
-# ---------------------------------------------------------------- the order xdist hands tests out
-# `make test` runs `pytest -n 2 --dist loadgroup`: each worker takes the next unit of the collection as it frees up
-# (a few queued). Collected in file order, the longest tests came last and one worker ran them alone while the
-# other sat idle. So the collection is ordered longest first by tests/data/durations.json (seconds per test, from
-# a suite run's junit XML: `python tests/_durations.py JUNIT.xml`). The tests that share a module- or class-scoped
-# fixture (a live launch built once) are one unit, on one worker, so that fixture is built once, and weigh their
-# sum. A test the file does not know weighs its notebook's manifest cpu_s (tests/test_notebooks.py), 60 s if marked
-# slow, else 0 s.
-DURATIONS = Path(__file__).resolve().parent / "data" / "durations.json"
-UNKNOWN_SLOW_S = 60.0
-
-
-def duration_key(item) -> str:
-    """``test_file.py::test_name[params]``: the key of tests/data/durations.json."""
-    return f"{item.path.name}::{item.name}"
-
-
-def _shares_a_wider_fixture(item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    defs = getattr(info, "name2fixturedefs", {}) or {}
-    return any(d and d[-1].scope in ("module", "class", "package") for d in defs.values())
-
-
-@pytest.hookimpl(tryfirst=True)      # before xdist's own hook reads the xdist_group marks
-def pytest_collection_modifyitems(config, items):
-    import json
-
-    known = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
-    units: dict[str, list] = {}
-    for item in items:
-        if _shares_a_wider_fixture(item):
-            group = item.path.stem
-            item.add_marker(pytest.mark.xdist_group(group))
-            units.setdefault(f"@{group}", []).append(item)
-        else:
-            units[item.nodeid] = [item]
-
-    def guess(item) -> float:
-        entry = getattr(getattr(item, "callspec", None), "params", {}).get("entry")
-        if item.get_closest_marker("notebook") and hasattr(entry, "cpu_s"):     # a notebook executed
-            return float(entry.cpu_s)
-        return UNKNOWN_SLOW_S if item.get_closest_marker("slow") else 0.0
-
-    def weight(unit):
-        return sum(known[k] if (k := duration_key(i)) in known else guess(i) for i in unit)
-
-    items[:] = [i for unit in sorted(units.values(), key=weight, reverse=True) for i in unit]
