@@ -24,13 +24,12 @@ course:
 	$(PY) -m labkit release --course my-course
 	$(VENV)/bin/jupyter lab $(LAB_FLAGS)
 
+# every notebook is executed once, inside pytest: under nbval (its checked cells compared with the committed outputs)
+# when it has checked cells, else under papermill (tests/test_notebooks.py)
 test:
 	./scripts/bootstrap.sh dev
 	$(PY) -m ruff check labkit tests benchmarks conftest.py
-	rm -rf build/nbval
 	$(PY) -m pytest -n $(JOBS) --durations=30 tests
-	$(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
-	    --nbval-kernel-name python3 -n $(JOBS) --dist loadfile build/nbval
 
 unit:
 	$(PY) -m pytest -n $(JOBS) -m "not notebook" tests

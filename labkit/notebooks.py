@@ -5,7 +5,7 @@ Command line (used by ``make refresh`` and by course authors)::
     python -m labkit.notebooks run PATH...      # execute with FAST=True into build/executed/
     python -m labkit.notebooks refresh PATH...  # execute, then store the outputs in the source —
                                                 # refused when a claim does not hold (labkit.claims)
-    python -m labkit.notebooks check PATH...    # execute, then compare checked cells (nbval-lax)
+    python -m labkit.notebooks check PATH...    # execute once under nbval-lax: compare checked cells
 
 Executed copies go to ``build/executed/<path>``; a source notebook is only ever written by
 ``refresh``, which replaces cell *outputs* and nothing else (cells are matched by their ids).
@@ -92,7 +92,7 @@ def run(path: str | os.PathLike, *, params: dict | None = None, out: str | os.Pa
 
 def has_checked_outputs(path: str | os.PathLike) -> bool:
     """Whether a code cell of the notebook opens with ``# NBVAL_CHECK_OUTPUT`` (what ``--nbval-lax`` compares):
-    a notebook without one gains nothing from nbval's second execution — papermill already ran it."""
+    the test suite executes such a notebook under nbval (:func:`nbval_command`), any other under papermill."""
     refuse_special("notebook", path)
     nb = json.loads(Path(path).read_text())
     return any(c.get("cell_type") == "code" and "".join(c.get("source", "")).lstrip().startswith(
@@ -102,8 +102,8 @@ def has_checked_outputs(path: str | os.PathLike) -> bool:
 def prepare_nbval(path: str | os.PathLike, *, params: dict | None = None) -> Path:
     """Write ``build/nbval/<path>``: the source with the CI parameters injected and its stored outputs.
 
-    ``pytest --nbval-lax build/nbval`` then re-executes it and compares the cells marked
-    ``# NBVAL_CHECK_OUTPUT`` against the outputs committed in the source.
+    :func:`nbval_command` then executes it and compares the cells marked ``# NBVAL_CHECK_OUTPUT`` against the
+    outputs committed in the source.
     """
     import nbformat
     from papermill.execute import prepare_notebook_metadata
@@ -199,13 +199,29 @@ def refresh(path: str | os.PathLike, *, params: dict | None = None) -> float:
     return seconds
 
 
-def check(path: str | os.PathLike) -> int:
-    """Execute, then run nbval-lax on the prepared copy; returns pytest's exit code."""
-    copy_path = prepare_nbval(path)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+def nbval_command(copy_path: str | os.PathLike, *, cell_timeout_s: float | None = None) -> list[str]:
+    """The ``pytest --nbval-lax`` command that executes a :func:`prepare_nbval` copy once, failing on any cell's
+    error and on a ``# NBVAL_CHECK_OUTPUT`` cell whose output differs from the committed one (after
+    ``tests/nbval_sanitize.cfg``); run it from the repository root. ``cell_timeout_s`` defaults to nbval's own.
+    The test suite runs it for each notebook with checked cells (``tests/test_notebooks.py``): course tooling
+    behind the README's ``make test``, taught in no chapter."""
+    copy_path = Path(copy_path)
+    if copy_path.suffix != ".ipynb" or not copy_path.is_file():
+        raise ValueError(f"copy_path {str(copy_path)!r} is not a notebook file: give what prepare_nbval returned")
+    if cell_timeout_s is not None and not (isinstance(cell_timeout_s, (int, float)) and 0 < cell_timeout_s < 1e6):
+        raise ValueError(f"cell_timeout_s {cell_timeout_s!r} is not a number of seconds > 0 (or None)")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--nbval-lax",
            "--nbval-sanitize-with", str(repo_root() / "tests" / "nbval_sanitize.cfg"),
-           "--nbval-kernel-name", KERNEL, str(copy_path)]
-    return subprocess.call(cmd, cwd=repo_root())
+           "--nbval-kernel-name", KERNEL]
+    if cell_timeout_s is not None:
+        cmd += ["--nbval-cell-timeout", f"{cell_timeout_s:g}"]
+    return cmd + [str(copy_path)]
+
+
+def check(path: str | os.PathLike) -> int:
+    """Prepare the nbval copy (:func:`prepare_nbval`) and run nbval-lax on it (:func:`nbval_command`): one
+    execution; returns pytest's exit code."""
+    return subprocess.call(nbval_command(prepare_nbval(path)), cwd=repo_root())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
+from _labs import write_lab  # tests/_labs.py: shared with tests/test_grading_sandbox.py
 
 from labkit.cli import main as cli
 from labkit.grading import CheckFailed, Evidence, EvidenceBook, Limits, learner_notebook, load_lab, release
@@ -23,15 +23,7 @@ MINI = Path(__file__).resolve().parent / "adversarial" / "mini_lab"
 def _lab(tmp_path, cells, name="toy") -> Path:
     d = tmp_path / name
     d.mkdir()
-    nb = new_notebook()
-    for i, (src, meta) in enumerate(cells):
-        c = new_code_cell(src)
-        c.id = f"c{i}"
-        if meta:
-            c.metadata["labkit"] = meta
-        nb.cells.append(c)
-    nbformat.write(nb, d / f"{name}.ipynb")
-    return d
+    return write_lab(d, cells)
 
 
 ANS = ("x = None\n### BEGIN SOLUTION\nx = 1\n### END SOLUTION", {"id": "q1", "kind": "answer", "points": 1})

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _labs import write_lab  # tests/_labs.py: the toy-lab builder of tests/test_grading.py
 
 from labkit.cli import main as cli
 from labkit.grading import Limits
@@ -181,26 +182,15 @@ print("child", r.returncode, r.stdout.strip(), r.stderr[-200:])
 # ---------------------------------------------------------------- submissions against the instructor's files
 def _toy_course(tmp_path) -> Path:
     """A fast lab (one question, evidence, a hidden check, a support file) in an instructor folder."""
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-
     d = tmp_path / "course" / "toy"
     d.mkdir(parents=True)
     (d / "helper.py").write_text("VALUE = 1\n")
-    nb = new_notebook()
-    cells = [("from labkit.grading import EvidenceBook\nfrom helper import VALUE", None),
-             ("x = None\n### BEGIN SOLUTION\nx = VALUE\n### END SOLUTION\nEvidenceBook('toy').submit('q1', answer=x)",
-              {"id": "q1", "kind": "answer", "points": 1}),
-             ("### BEGIN HIDDEN CHECKS\nexpect(evidence('q1').number() == 1, 'not 1')\n### END HIDDEN CHECKS",
-              {"id": "h1", "kind": "hidden", "question": "q1"})]
-    for i, (src, meta) in enumerate(cells):
-        c = new_code_cell(src)
-        c.id = f"c{i}"
-        if meta:
-            c.metadata["labkit"] = meta
-        nb.cells.append(c)
-    nbformat.write(nb, d / "toy.ipynb")
-    return d
+    return write_lab(d, [
+        ("from labkit.grading import EvidenceBook\nfrom helper import VALUE", None),
+        ("x = None\n### BEGIN SOLUTION\nx = VALUE\n### END SOLUTION\nEvidenceBook('toy').submit('q1', answer=x)",
+         {"id": "q1", "kind": "answer", "points": 1}),
+        ("### BEGIN HIDDEN CHECKS\nexpect(evidence('q1').number() == 1, 'not 1')\n### END HIDDEN CHECKS",
+         {"id": "h1", "kind": "hidden", "question": "q1"})])
 
 
 HOSTILE = {   # student -> a cell appended to the instructor's own (full-marks) notebook

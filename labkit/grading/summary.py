@@ -222,6 +222,16 @@ def _names(names, limit: int = 8) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def _section(title: str, head: list[str], rows: list[list], empty: str | None = None) -> list[str]:
+    """A ``## title`` section of the report: a Markdown table of ``rows`` under ``head``, or ``empty`` (if
+    given) when there are none."""
+    lines = ["", f"## {title}", ""]
+    if not rows and empty is not None:
+        return lines + [empty]
+    return lines + ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
+        "| " + " | ".join(str(x) for x in r) + " |" for r in rows]
+
+
 def render(s: dict, figure: str | None = "summary.png") -> str:
     """The Markdown of a :func:`summarize` result."""
     n = s["n"]
@@ -233,39 +243,28 @@ def render(s: dict, figure: str | None = "summary.png") -> str:
               + ", ".join(f"{k} {v}" for k, v in sorted(s["status"].items(), key=lambda kv: str(kv[0]))) + "."]
     if figure:
         lines += ["", f"![pass rates and failed checks]({figure})"]
-    lines += ["", "## Questions", "", "| question | points | full marks (pass rate) | some | none | mean points |",
-              "|---|---|---|---|---|---|"]
-    for q in s["questions"]:
-        lines.append(f"| {q['id']} | {q['max']:g} | {q['full']} ({q['pass_rate']:.0%}) | {q['some']} | {q['none']} "
-                     f"| {q['mean']:.2f} |")
-    lines += ["", "## Failed checks, most failed first", ""]
-    if s["failed_checks"]:
-        lines += ["| check | question | failed | why, most frequent first (numbers as #, quoted values as '…') |",
-                  "|---|---|---|---|"]
-        for c in s["failed_checks"]:
-            why = "; ".join(f"{m} ({k}×)" for m, k in c["messages"][:3])
-            more = f"; {len(c['messages']) - 3} other message(s)" if len(c["messages"]) > 3 else ""
-            lines.append(f"| {_md(c['id'])} | {c['question']} | {c['failed']} of {c['ran']} | {_md(why + more)} |")
-    else:
-        lines.append("Every check passed in every graded submission.")
-    lines += ["", "## Wrong bottleneck families named", ""]
-    if s["families"]:
-        lines += ["| family named | times | question | students |", "|---|---|---|---|"]
-        for f in s["families"]:
-            lines.append(f"| {_md(f['family'])} | {f['count']} | {', '.join(f['questions'])} | "
-                         f"{_md(_names(f['students']))} |")
-    else:
-        lines.append("None (no answer named a family its check refused).")
-    lines += ["", "## Timed out (points from the cells that finished)", ""]
-    if s["timed_out"]:
-        lines += ["| student | score | finished questions (points) | unfinished | stopped |", "|---|---|---|---|---|"]
-        for t in s["timed_out"]:
-            done = [f"{q} ({v['score']:g}/{v['max']:g})" for q, v in t["questions"].items() if v["finished"]]
-            left = [q for q, v in t["questions"].items() if not v["finished"]]
-            lines.append(f"| {_md(t['student'])} | {t['score']:g} / {t['max']:g} | {', '.join(done) or '—'} | "
-                         f"{', '.join(left) or '—'} | {_md(t['stopped'])} |")
-    else:
-        lines.append("None.")
+    lines += _section("Questions", ["question", "points", "full marks (pass rate)", "some", "none", "mean points"],
+                      [[q["id"], f"{q['max']:g}", f"{q['full']} ({q['pass_rate']:.0%})", q["some"], q["none"],
+                        f"{q['mean']:.2f}"] for q in s["questions"]])
+
+    def why(c):
+        said = "; ".join(f"{m} ({k}×)" for m, k in c["messages"][:3])
+        return said + (f"; {len(c['messages']) - 3} other message(s)" if len(c["messages"]) > 3 else "")
+
+    lines += _section("Failed checks, most failed first",
+                      ["check", "question", "failed", "why, most frequent first (numbers as #, quoted values as '…')"],
+                      [[_md(c["id"]), c["question"], f"{c['failed']} of {c['ran']}", _md(why(c))]
+                       for c in s["failed_checks"]], "Every check passed in every graded submission.")
+    lines += _section("Wrong bottleneck families named", ["family named", "times", "question", "students"],
+                      [[_md(f["family"]), f["count"], ", ".join(f["questions"]), _md(_names(f["students"]))]
+                       for f in s["families"]], "None (no answer named a family its check refused).")
+    lines += _section("Timed out (points from the cells that finished)",
+                      ["student", "score", "finished questions (points)", "unfinished", "stopped"],
+                      [[_md(t["student"]), f"{t['score']:g} / {t['max']:g}",
+                        ", ".join(f"{q} ({v['score']:g}/{v['max']:g})" for q, v in t["questions"].items()
+                                  if v["finished"]) or "—",
+                        ", ".join(q for q, v in t["questions"].items() if not v["finished"]) or "—",
+                        _md(t["stopped"])] for t in s["timed_out"]], "None.")
     lines += ["", "## Copies", ""]
     lines += [f"- identical notebooks: {_md(_names(g))}" for g in s["identical"]] or ["- no two notebooks identical"]
     if s["source_copies"]:
