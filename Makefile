@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= 2
-# serve the learner's working copy (my-course/, git-ignored; labkit.grading.course_copy): its index links to the
+# serve the learner's working copy (my-course/, git-ignored; labkit.teaching.grading.course_copy): its index links to the
 # released labs (no solutions), and running a chapter saves outputs there, never into the tracked notebooks.
 # The printed URL (LabApp.default_url: JupyterLab overrides ServerApp.default_url with its own) opens the course
 # index; kernels idle for 30 min with no tab attached are shut down (closed tabs free their memory);
@@ -43,10 +43,10 @@ bench:
 # Re-execute notebooks with the CI parameters and store their outputs in the sources
 # (only outputs change; cells are never rewritten). Usage: make refresh NB=chapters/...ipynb
 # Calibrates this machine's peaks first (once), so every stored MFU divides by the same peak; refuses to
-# store outputs whose checked claims (labkit.claims) do not hold. Run it on an idle machine.
+# store outputs whose checked claims (labkit.measure.claims) do not hold. Run it on an idle machine.
 refresh:
 	$(PY) -m labkit calibrate --if-missing
-	$(PY) -m labkit.notebooks refresh $(NB)
+	$(PY) -m labkit.teaching.notebooks refresh $(NB)
 
 clean:
 	rm -rf build

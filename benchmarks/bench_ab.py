@@ -1,10 +1,10 @@
-"""Can labkit.ab.ab_compare be trusted? (goal: A vs A → no difference in ≥ 95 % of runs; a 10 % slowdown
+"""Can labkit.measure.ab.ab_compare be trusted? (goal: A vs A → no difference in ≥ 95 % of runs; a 10 % slowdown
 → "slower" in ≥ 95 % of runs)
 
 The work is a CPU matmul loop (torch, one thread): A does ``--iters`` iterations, the slow B does 10 %
 more (``--iters`` × 1.1, e.g. 11 vs 10) — the same work, so the slowdown is real and exactly 10 %.
 ``--runs`` independent A/B runs of A vs A and of A vs slow B, each ``--rounds`` rounds (default
-:data:`labkit.ab.DEFAULT_ROUNDS`), every call timed by ab_compare with perf_counter (wall time, on
+:data:`labkit.measure.ab.DEFAULT_ROUNDS`), every call timed by ab_compare with perf_counter (wall time, on
 whatever load the machine has). Prints both rates, the verdicts, the median resolution and wall time.
 
     .venv/bin/python benchmarks/bench_ab.py [--runs 20] [--rounds 300] [--iters 10] [--size 128] [--clock cpu|wall]
@@ -25,7 +25,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 
-from labkit.ab import DEFAULT_ROUNDS, NO_DIFFERENCE, ab_compare  # noqa: E402
+from labkit.measure.ab import DEFAULT_ROUNDS, NO_DIFFERENCE, ab_compare  # noqa: E402
 
 
 def make_work(size: int, iters: int):

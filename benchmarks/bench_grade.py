@@ -24,8 +24,8 @@ MINI = ROOT / "tests" / "adversarial" / "mini_lab"
 
 
 def batch(lab, n: int, workers: int, params: dict) -> tuple[float, float]:
-    from labkit.grading import Limits, load_lab, release
-    from labkit.grading.batch import GradeConfig, grade
+    from labkit.teaching.grading import Limits, load_lab, release
+    from labkit.teaching.grading.batch import GradeConfig, grade
 
     parsed = load_lab(lab)
     with tempfile.TemporaryDirectory(prefix="bench-grade-") as tmp:

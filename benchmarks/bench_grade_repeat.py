@@ -6,7 +6,7 @@ scores full marks 5 of 5, and every corpus submission scores the same 5 of 5")::
     .venv/bin/python benchmarks/bench_grade_repeat.py                          # 12 labs x 5, beside 2 busy threads
     .venv/bin/python benchmarks/bench_grade_repeat.py --labs lab01_baseline lab10_planner --repeats 2 --busy 0
 
-Each round grades, through ``labkit.grading.batch.grade`` (what ``labkit grade --force`` runs: every submission
+Each round grades, through ``labkit.teaching.grading.batch.grade`` (what ``labkit grade --force`` runs: every submission
 executed again by papermill in a fresh folder, then the lab's hidden checks), the lab's instructor source and the
 adversarial corpus's submissions of that lab (``tests/adversarial/expected.json``, ``_real_labs``), with the CI
 parameters (``FAST=True``). ``--busy N`` runs N ``while True: pass`` processes for the whole run (they are killed
@@ -47,7 +47,7 @@ def busy(n: int):
 
 def expected(lab_id: str) -> dict[str, float]:
     """Submission name -> the score it must get: the instructor full marks, each corpus file its recorded score."""
-    from labkit.grading import load_lab
+    from labkit.teaching.grading import load_lab
 
     real = json.loads((CORPUS / "expected.json").read_text())["_real_labs"]
     want = {"instructor": float(load_lab(lab_id).max_score)}
@@ -59,8 +59,8 @@ def one_round(lab_id: str, names: list[str], work: Path, timeout: int) -> tuple[
     """Grade the lab's submissions once from scratch; their scores and the round's wall seconds."""
     import csv
 
-    from labkit.grading import Limits, load_lab
-    from labkit.grading.batch import GradeConfig, grade
+    from labkit.teaching.grading import Limits, load_lab
+    from labkit.teaching.grading.batch import GradeConfig, grade
 
     lab = load_lab(lab_id)
     subs = work / "subs"

@@ -31,10 +31,15 @@ BAD = [NAN, INF, -INF, -1.0, 0, 0.0, 1e308, 10**400, "False", "1e3", None, [1.0]
 
 
 def _api_cases(rng: random.Random, fifo: str) -> list:
-    from labkit import fusion, moe_stats, regress_series, ring_attention, scheduling, tune_accum
     from labkit.comm.env import check_env
-    from labkit.perf_validate import fit, stage_times, tp_cycle
+    from labkit.kernels import fusion
+    from labkit.measure import series as regress_series
+    from labkit.model import expert_load as moe_stats
+    from labkit.perf import scheduling
+    from labkit.perf.validate import fit, stage_times, tp_cycle
     from labkit.trace.synthetic import SyntheticSpec
+    from labkit.train import ring_attention
+    from labkit.tuning import accumulation as tune_accum
 
     base = {
         "ring_attention.chunk_ids": (ring_attention.chunk_ids, dict(rank=0, cp=2, balanced=True)),

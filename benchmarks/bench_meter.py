@@ -1,4 +1,4 @@
-"""How much does labkit.meter.Meter cost inside a training loop? (goal: ratio <= 1.01 on CPU)
+"""How much does labkit.measure.meter.Meter cost inside a training loop? (goal: ratio <= 1.01 on CPU)
 
 Runs the same small MLP training step bare and instrumented (one ``meter.step()`` + 4 phases),
 ``--steps`` steps of each per repeat, interleaved in ``--chunk``-step slices (order alternating) so
@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from labkit.meter import Meter
+from labkit.measure.meter import Meter
 
 
 def make_step(width: int, batch: int):

@@ -2,7 +2,7 @@
 
 1. the datasheet peak (labkit.hardware catalogue) when the GPU is catalogued;
 2. a time-boxed matmul shape sweep (MAMF-finder style) and a copy-bandwidth measurement;
-3. a GPT training step (labkit.models.GPT) timed with labkit.meter (CUDA events on GPU), its FLOPs
+3. a GPT training step (labkit.model.gpt.GPT) timed with labkit.measure.meter (CUDA events on GPU), its FLOPs
    per token from the formula *and* counted exactly with FlopCounterMode, then MFU against both the
    catalogue peak and the measured peak.
 
@@ -19,9 +19,10 @@ import json
 
 import torch
 
-from labkit import flops, hardware, mfu
-from labkit.meter import Meter
-from labkit.models import GPT, gpt_config
+from labkit import flops, hardware
+from labkit.flops import mfu
+from labkit.measure.meter import Meter
+from labkit.model.gpt import GPT, gpt_config
 
 
 def _fl(x: float) -> str:
@@ -33,7 +34,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default=None, help="bf16 on GPU, fp32 on CPU by default")
-    p.add_argument("--size", default=None, help="labkit.models size (default: 'medium' on GPU, 'tiny' on CPU)")
+    p.add_argument("--size", default=None, help="labkit.model.gpt size (default: 'medium' on GPU, 'tiny' on CPU)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--max-seconds", type=float, default=None, help="time box of the matmul sweep")

@@ -5,7 +5,7 @@
 
 ``--parallels`` with no names skips the DDP/FSDP2 cells; ``--mp`` with no names skips the TP/PP ones.
 
-First calibrate this machine with runs that are never the ones predicted (labkit.perf_validate.calibrate):
+First calibrate this machine with runs that are never the ones predicted (labkit.perf.validate.calibrate):
 the compute rate a synchronous step keeps while N ranks train the same model independently with no communication (the
 achievable rate at N ranks: sharing cores, memory bandwidth, caches), the data-parallel wrapper's own
 seconds per unit from 1-rank DDP / FSDP2 runs against a 1-rank plain run, and α–β from the p10 of a gloo
@@ -22,15 +22,15 @@ repeats everything and prints each cell's spread over the rounds. The load avera
 after; read the table with it. About 4–5 minutes a round (13 minutes for the default 3) on an idle 2-core
 machine, and as much again for the TP/PP cells.
 
-The TP, PP (1F1B) and TP×PP cells (issue #24; :mod:`labkit.perf_validate.model_parallel`) are predicted the same
+The TP, PP (1F1B) and TP×PP cells (issue #24; :mod:`labkit.perf.validate.model_parallel`) are predicted the same
 way — compute at the rate n plain ranks keep, measured in the same processes right after the cells; α–β of gloo
 all-reduce and send/recv fitted on n ranks — and print each term: TP all-reduces (4 per block and micro-batch),
 TP's own work (per column/row pair: a synthetic parallelize_module-d stack of the GPT's widths on tp ranks minus
 its plain local shard run by all ranks at once and its bare all-reduces — DTensor and the wait at each collective:
-labkit.perf_validate.tp_cycle), PP sends (2·v·m per rank, plus the tied embedding's all-reduce) and the bubble;
+labkit.perf.validate.tp_cycle), PP sends (2·v·m per rank, plus the tied embedding's all-reduce) and the bubble;
 each rank's share of the compute by the measured times of the GPT's parts (embeddings, blocks, tail; a TP rank's
-block by its measured local shard: labkit.perf_validate.stage_times), and the pipeline played op by op on this
-machine's cores (labkit.perf_validate.pipeline_sim: with more ranks than cores a waiting rank's core goes to
+block by its measured local shard: labkit.perf.validate.stage_times), and the pipeline played op by op on this
+machine's cores (labkit.perf.validate.pipeline_sim: with more ranks than cores a waiting rank's core goes to
 the others).
 """
 from __future__ import annotations
@@ -39,8 +39,8 @@ import argparse
 import os
 import time
 
-from labkit import perf_validate
-from labkit.perf_validate import model_parallel
+from labkit.perf import validate as perf_validate
+from labkit.perf.validate import model_parallel
 
 
 def main(argv=None) -> int:

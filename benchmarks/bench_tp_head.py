@@ -15,7 +15,7 @@ TP2 slower whatever its all-reduces cost. This script measures, on 2 gloo ranks 
    :func:`labkit.trace.analyze` (medians over the runs): per step, the main
    thread's compute, the exposed communication (gloo spans while the main thread is not computing: TP's
    blocking all-reduces are almost all exposed) and the idle rest, and the gloo all-reduce count;
-3. optionally (``--ab``) lab 10's own A/B (:func:`labkit.ab.ab_train`, ``same_ranks=True``, ``max_rounds``) of
+3. optionally (``--ab``) lab 10's own A/B (:func:`labkit.measure.ab.ab_train`, ``same_ranks=True``, ``max_rounds``) of
    DP2 against each TP2, with its verdict.
 
 Usage: .venv/bin/python benchmarks/bench_tp_head.py [--model tiny] [--steps 8] [--rounds 6] [--trace-rounds 3]
@@ -82,7 +82,7 @@ def traced(cfgs: dict, folder: Path, rounds: int) -> dict:
     """``rounds`` profiled runs per arm (the last 3 steps each), interleaved in rotating order in one launch; per
     arm the median over runs of each per-step figure (rank mean): compute, exposed and hidden comm, idle,
     all-reduces."""
-    from labkit.perf_validate.layouts import trace_collectives
+    from labkit.perf.validate.layouts import trace_collectives
     from labkit.trace import analyze
     from labkit.train import run_many
 
@@ -134,7 +134,7 @@ def main(argv=None) -> dict:
               "head_share": head_share(cfgs["DP2"]),
               "step_s": times, "median_step_s": med, "trace": tr}
     if a.ab:
-        from labkit import ab
+        from labkit.measure import ab
 
         result["ab"] = {}
         for n in ("TP2 head whole", "TP2 vocab-parallel"):

@@ -1,6 +1,6 @@
 """Reference trainer vs a bare hand-written loop: is labkit.train's instrumentation free?
 
-Single process, CPU (or the GPU if present), same model (labkit.models.GPT, "bench" size: 4 layers,
+Single process, CPU (or the GPU if present), same model (labkit.model.gpt.GPT, "bench" size: 4 layers,
 d_model 768, seq 256 — matmuls dominate), same data windows, same optimizer (AdamW), same dtype
 (bf16 autocast where the CPU runs bf16 fast, else fp32; the peak is a bf16 matmul measured in this run, so the fraction compares like
 with like for the matmuls, while LayerNorm/softmax/GELU/optimizer run in fp32 — they count as model
@@ -28,7 +28,7 @@ import torch
 def bare_loop(cfg, steps: int) -> list[float]:
     """The loop a learner would write by hand: no meter, no wrappers, no phases."""
     from labkit import data
-    from labkit.models import GPT
+    from labkit.model.gpt import GPT
 
     torch.manual_seed(cfg.seed)
     mcfg = cfg.model_config

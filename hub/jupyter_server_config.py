@@ -4,7 +4,7 @@ The same settings as `make course` (Makefile LAB_FLAGS; tests/test_hub_recipe.py
 open the course index first, and shut down kernels left idle with no tab attached, so closed chapters free
 their memory (three chapters held ~1.4 GB when they did not). At each start the learner's working copy
 ~/labkit is made or updated from the image's released course tree ($LABKIT_COURSE_TREE, built by
-hub/Dockerfile; labkit.grading.course_copy): files the learner edited are kept, the course's new version
+hub/Dockerfile; labkit.teaching.grading.course_copy): files the learner edited are kept, the course's new version
 goes beside them as NAME.update.ipynb.
 """
 import os
@@ -21,7 +21,7 @@ c.MappingKernelManager.cull_connected = False     # only kernels with no open ta
 _tree = os.environ.get("LABKIT_COURSE_TREE")
 if _tree and os.path.isdir(_tree):
     try:
-        from labkit.grading.course_copy import sync_copy
+        from labkit.teaching.grading.course_copy import sync_copy
 
         print("\n".join(sync_copy(_tree, os.path.join(os.path.expanduser("~"), "labkit")).lines()), file=sys.stderr)
     except Exception as e:  # noqa: BLE001 - the server starts anyway; the log says why the copy is stale

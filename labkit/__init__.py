@@ -6,7 +6,7 @@ so ``import labkit`` is cheap and never touches a GPU::
     import labkit
     spec = labkit.hardware.lookup("H100 SXM")
     fpt = labkit.flops.model_flops_per_token(labkit.flops.preset("gpt2-124m"))
-    print(labkit.mfu.mfu(tokens_per_s=1.2e5, flops_per_token=fpt, n_devices=1, peak_flops=spec.peak("bf16")))
+    print(labkit.flops.mfu.mfu(tokens_per_s=1.2e5, flops_per_token=fpt, n_devices=1, peak_flops=spec.peak("bf16")))
 
 See ``labkit.course`` for the map from functions to the chapters that teach them.
 """

@@ -15,7 +15,7 @@ instructor's markers, no hidden checks):
 - ``copy_of_honest_s1``, ``copy_of_honest_s2`` (2): byte-identical copies of two honest notebooks;
 - ``copied_numbers`` (1): an honest run whose q2 figures are typed in from someone else's run.
 
-The fault of each seed is read with ``labkit.faults.fault_of``, as an instructor would to build a wrong answer.
+The fault of each seed is read with ``labkit.teaching.faults.fault_of``, as an instructor would to build a wrong answer.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _id(cell) -> str | None:
 
 def honest(seed: int):
     """The learner notebook with every answer cell filled in from the instructor source, markers removed."""
-    from labkit.grading import learner_notebook, load_lab
+    from labkit.teaching.grading import learner_notebook, load_lab
 
     lab = load_lab(LAB)
     inst = {_id(c): c for c in lab.notebook().cells if _id(c)}
@@ -61,8 +61,8 @@ def build(dest: Path) -> list[Path]:
     import nbformat
 
     from labkit.diagnose import FAMILIES
-    from labkit.faults import fault_of
-    from labkit.grading import learner_notebook, load_lab
+    from labkit.teaching.faults import fault_of
+    from labkit.teaching.grading import learner_notebook, load_lab
 
     dest.mkdir(parents=True, exist_ok=True)
     if any(dest.iterdir()):

@@ -1,4 +1,4 @@
-"""Seeded generator of bad values, by class, for the fuzz tests of labkit.record and labkit.regress.
+"""Seeded generator of bad values, by class, for the fuzz tests of labkit.record and labkit.measure.regress.
 
 ``hypothesis`` is not installed in the course venv, so the fuzz tests draw from these classes with a
 seeded ``random.Random``: every class is drawn for every parameter, with random magnitudes.

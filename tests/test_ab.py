@@ -1,4 +1,4 @@
-"""labkit.ab: the A/B primitive — verdicts on known effects, interleaving, same seed, the CUDA fence,
+"""labkit.measure.ab: the A/B primitive — verdicts on known effects, interleaving, same seed, the CUDA fence,
 argument checks, and live CPU work (chapter 28; tuning chapters 15–21)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from labkit import checks
-from labkit.ab import NO_DIFFERENCE, ORDERS, ab_compare, ab_train
+from labkit.measure.ab import NO_DIFFERENCE, ORDERS, ab_compare, ab_train
 from labkit.record import RunRecord, Stat
 from labkit.train import TrainConfig
 
@@ -150,7 +150,7 @@ def test_one_verdict_one_confidence_from_one_test():
     """Four runs each, every B above every A: the bootstrap puts > 99 % of resamples beyond the threshold while the
     Mann–Whitney normal approximation gives p = 0.06 — the report states the bootstrap's verdict and confidence
     alone, once, and says which test it is, never the other test's p beside it (issue #34)."""
-    from labkit import regress
+    from labkit.measure import regress
 
     a, b = [1.05, 1.01, 0.87, 1.21], [1.33, 1.55, 1.17, 1.34]
     v = regress.compare(a, b, higher_is_better=False)

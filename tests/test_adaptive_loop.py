@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from labkit.meter import Meter, PerfCounterClock
+from labkit.measure.meter import Meter, PerfCounterClock
 from labkit.train import TrainConfig, run, train
 from labkit.train.adaptive import held_out
 

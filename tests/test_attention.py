@@ -1,4 +1,4 @@
-"""labkit.attention and the attention-aware memory model (chapter 16, lab 4): which SDPA backend runs on
+"""labkit.kernels.attention and the attention-aware memory model (chapter 16, lab 4): which SDPA backend runs on
 this CPU and why, the implementations agree numerically, the memory model predicts the activation bytes
 each implementation really saves (within 10 %, measured with saved-tensor hooks), FLOPs against
 FlopCounterMode, the ``labkit memory --attention`` option, and loss parity on real gloo ranks."""
@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from labkit import attention as A
 from labkit import memory
-from labkit.models import GPT, gpt_config
+from labkit.kernels import attention as A
+from labkit.model.gpt import GPT, gpt_config
 
 CPU_ONLY = not torch.cuda.is_available()
 
@@ -175,7 +175,7 @@ def test_ch16_stored_time_panel_rises_with_s_and_states_the_direction():
 
     import nbformat
 
-    from labkit import claims
+    from labkit.measure import claims
     from labkit.paths import repo_root
 
     nb = nbformat.read(repo_root() / "chapters/part3_tuning/ch16_attention_kernels.ipynb", as_version=4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labkit import batch
+from labkit.train import batch
 
 
 def test_tokens_and_sequences_per_step():

@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 def _served_copy(dest: Path) -> Path:
     """What `make course` serves: the released course (chapters, labs without solutions) written to ``dest``."""
-    from labkit.grading.course_copy import release_course
+    from labkit.teaching.grading.course_copy import release_course
 
     return release_course(dest)
 

@@ -1,4 +1,4 @@
-"""labkit.cases: the two seed cases derive their figures, carry complete ⚠ records, and every chapter that
+"""labkit.teaching.cases: the two seed cases derive their figures, carry complete ⚠ records, and every chapter that
 quotes them agrees with them (a scan of the stored notebooks' sources fails when a chapter drifts again)."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cases
 from labkit.comm.models import ring_time
+from labkit.teaching import cases
 
 ROOT = Path(__file__).resolve().parents[1]
 BERT, T13 = cases.bert_large(), cases.thirteen_b()
@@ -191,7 +191,7 @@ def test_warning_text_is_derived_not_restated():
     (lambda: T13.per_gpu_k(-1), r"figure_k=-1"),
     (lambda: cases.bert_large(measured_speedup=10), r"measured_speedup=10"),
     (lambda: cases.thirteen_b(nope=1), r"nope"),
-    (lambda: cases.warnings_markdown({"warnings": 1}), r"labkit.cases case"),
+    (lambda: cases.warnings_markdown({"warnings": 1}), r"labkit.teaching.cases case"),
     (lambda: cases.warnings_markdown(BERT, keys="az"), r"keys='az'.*abcde"),
     (lambda: cases.CaseWarning("a", "t", "", "1", "r", "w", "s"), r"CaseWarning.claim"),
 ])
@@ -200,7 +200,7 @@ def test_bad_input_names_the_value(make, match):
         make()
 
 
-# ------------------------------------------------- the chapters quote the cases as labkit.cases has them
+# ------------------------------------------------- the chapters quote the cases as labkit.teaching.cases has them
 NOTEBOOKS = sorted((ROOT / "chapters").rglob("*.ipynb"))
 
 
@@ -232,7 +232,7 @@ BERT_CELL = r"BERT(?!-large \(sequence)|\b360 ?ms|\bcompute 90 ms"
 
 
 def case_violations(cells) -> list[str]:
-    """Numbers attached to the seed cases in ``cells`` ((where, source) pairs) that labkit.cases does not give."""
+    """Numbers attached to the seed cases in ``cells`` ((where, source) pairs) that labkit.teaching.cases does not give."""
     speedups, gbs, ks, pcts = _allowed()
     b = BERT
     bad = []
@@ -242,14 +242,14 @@ def case_violations(cells) -> list[str]:
             for label, pat, want in (("all-reduce", r"(?:all-reduce|comm)\D{0,12}?(\d+(?:\.\d+)?) ?ms", comms),
                                      ("sync", r"sync\D{0,12}?(\d+(?:\.\d+)?) ?ms", {b.sync_ms}),
                                      ("compute", r"compute\D{0,12}?(\d+(?:\.\d+)?) ?ms", {b.compute_ms})):
-                bad += [f"{where}: BERT {label} {v} ms (labkit.cases: {sorted(want)})"
+                bad += [f"{where}: BERT {label} {v} ms (labkit.teaching.cases: {sorted(want)})"
                         for v in re.findall(pat, text) if _num(v) not in want]
-            bad += [f"{where}: BERT speedup {v}× (labkit.cases gives {sorted(speedups)})"
+            bad += [f"{where}: BERT speedup {v}× (labkit.teaching.cases gives {sorted(speedups)})"
                     for v in re.findall(r"(\d+(?:\.\d+)?)×", text) if _num(v) not in speedups]
             bad += [f"{where}: BERT sync/all-reduce of the old rebuild ({m})"
                     for m in re.findall(r"\b(?:65|45) ms\b(?! of serial)", text)]
         if re.search(r"13B", text):
-            bad += [f"{where}: 13B rate {v}k (labkit.cases: {sorted(ks)})"
+            bad += [f"{where}: 13B rate {v}k (labkit.teaching.cases: {sorted(ks)})"
                     for v in re.findall(r"(\d+(?:\.\d+)?)k\b", text) if _num(v) not in ks]
             bad += [f"{where}: 13B efficiency {v}% (the source's: {sorted(pcts)})"
                     for v in re.findall(r"(\d+) ?%", text) if int(v) not in pcts]
@@ -284,7 +284,7 @@ def test_chapters_quote_the_seed_cases_as_labkit_cases_has_them():
 
 
 def test_chapters_that_rebuild_a_case_use_labkit_cases():
-    """A chapter that prints a case's numbers or quotes the 13B per-GPU figures builds them from labkit.cases
+    """A chapter that prints a case's numbers or quotes the 13B per-GPU figures builds them from labkit.teaching.cases
     and shows the ⚠ records (no private copy of the case)."""
     for p in NOTEBOOKS:
         code = "\n".join(src for _, kind, src in _cells(p) if kind == "code")
@@ -308,7 +308,7 @@ def _stored_markdown(path: Path) -> list[str]:
 
 
 def test_stored_warning_boxes_are_the_case_objects_boxes():
-    """A ⚠ box a chapter shows is printed from labkit.cases: each stored box equals one the case object renders
+    """A ⚠ box a chapter shows is printed from labkit.teaching.cases: each stored box equals one the case object renders
     now (a stale stored output, or a box typed by hand, fails), and chapters 5, 11 and 14 show the boxes this
     issue is about."""
     boxes = {b for case in (BERT, T13) for b in cases.warnings_markdown(case).split("\n\n> **")}
@@ -319,7 +319,7 @@ def test_stored_warning_boxes_are_the_case_objects_boxes():
             for b in md.split("\n\n> **"):
                 b = b if b.startswith("> **") else "> **" + b
                 if re.match(r"> \*\*⚠ (BERT-large|13B) \(", b):
-                    assert b in boxes, f"{p.name}: a ⚠ box not as labkit.cases renders it now:\n{b[:300]}"
+                    assert b in boxes, f"{p.name}: a ⚠ box not as labkit.teaching.cases renders it now:\n{b[:300]}"
                     shown.setdefault(p.stem[:4], set()).add(re.match(r"> \*\*⚠ (.+?\(\w\))", b).group(1))
     assert {"BERT-large (a)", "BERT-large (b)", "BERT-large (d)"} <= shown["ch05"]
     assert {"BERT-large (d)", "13B (c)", "13B (d)"} <= shown["ch11"]

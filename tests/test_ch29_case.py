@@ -1,4 +1,4 @@
-"""Chapter 29's library code: the 13B case reviewed (labkit.cases.thirteen_b_review) and the slow inter-"node"
+"""Chapter 29's library code: the 13B case reviewed (labkit.teaching.cases.review_thirteen_b) and the slow inter-"node"
 link of the trainer (labkit.train.slow_link, TrainConfig(ranks_per_node=…, inter_node_gbit_s=…))."""
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from labkit import cases, comm, perf
-from labkit.cases import thirteen_b_review as rv
+from labkit import comm, perf
+from labkit.teaching import cases
+from labkit.teaching.cases import review_thirteen_b as rv
 from labkit.train import TrainConfig, slow_link
 
 
@@ -163,5 +164,5 @@ def test_rank_order_strides_and_bad_order():
 
 
 def _shape():
-    from labkit.cases.thirteen_b import LLAMA_13B_SHAPE
+    from labkit.teaching.cases.thirteen_b import LLAMA_13B_SHAPE
     return LLAMA_13B_SHAPE

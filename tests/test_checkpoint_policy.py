@@ -9,7 +9,7 @@ import pytest
 from labkit import flops
 from labkit.memory import activation_bytes
 from labkit.memory import offload as off
-from labkit.model_config import checkpoint_policy, checkpointed_blocks, gpt_config, recompute_mode
+from labkit.model.config import checkpoint_policy, checkpointed_blocks, gpt_config, recompute_mode
 from labkit.train import TrainConfig
 
 

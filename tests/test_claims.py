@@ -1,4 +1,4 @@
-"""Checked claims (labkit.claims): the judgement, its errors, how refresh uses it, and every stored claim."""
+"""Checked claims (labkit.measure.claims): the judgement, its errors, how refresh uses it, and every stored claim."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,10 @@ import shutil
 import nbformat
 import pytest
 
-from labkit import claims, course, notebooks
+from labkit import course
+from labkit.measure import claims
 from labkit.paths import repo_root
+from labkit.teaching import notebooks
 
 ROOT = repo_root()
 READY = sorted(course.notebooks(ready_only=True), key=lambda e: e.path)
@@ -110,7 +112,7 @@ def test_refresh_refuses_an_inconclusive_claim_and_leaves_the_source_untouched()
     tmp.mkdir(parents=True)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("FAST = False\nSEED = 0", metadata={"tags": ["parameters"]}),
-                nbformat.v4.new_code_cell("from labkit.claims import claim\n"
+                nbformat.v4.new_code_cell("from labkit.measure.claims import claim\n"
                                           "claim('a delay slows the step', 1.01, '>', 1.0, margin=0.05)",
                                           id="weak-claim")]
     src = tmp / "weak.ipynb"

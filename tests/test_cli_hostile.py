@@ -309,7 +309,7 @@ NOT_COVERED = {
     ("trace critical-path", "--plot"): "an output PNG, written after the analysis; a name not ending in .png is "
                                        "refused (tests/test_critical_path.py)",
     ("memory", "--attention"): "an attention name from a fixed list (argparse refuses any other)",
-    ("grade", "--key-file"): "the instructor's key, read by labkit.tickets.read_key (a short or missing key "
+    ("grade", "--key-file"): "the instructor's key, read by labkit.teaching.tickets.read_key (a short or missing key "
                              "refused: tests/test_lab12.py)",
     ("release", "--key-file"): "as grade --key-file",
     ("release", "--tickets"): "an output CSV, refused inside --out or where a file exists (tests/test_lab12.py)",

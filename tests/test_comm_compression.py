@@ -42,8 +42,8 @@ def test_param_shapes_match_labkits_own_gpt():
     import torch
 
     from labkit.comm import param_shapes
-    from labkit.model_config import gpt_config
-    from labkit.models import GPT
+    from labkit.model.config import gpt_config
+    from labkit.model.gpt import GPT
 
     cfg = gpt_config("tiny")
     with torch.device("meta"):
@@ -72,7 +72,7 @@ def test_config_refuses_hooks_outside_ddp():
 
 @pytest.mark.timeout(240)
 def test_hooks_train_on_gloo_ranks_and_powersgd_counts_what_the_model_says():
-    from labkit.models import GPT
+    from labkit.model.gpt import GPT
     from labkit.train import run_many
 
     base = TrainConfig(model="tiny", parallel="ddp", steps=4, warmup_steps=1, micro_batch=2, seed=3)

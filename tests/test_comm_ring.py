@@ -7,8 +7,9 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from labkit import comm, viz  # noqa: E402
+from labkit import comm
 from labkit.comm import ring  # noqa: E402
+from labkit.teaching import viz  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=[2, 4])

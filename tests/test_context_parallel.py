@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from _procs import torchrun_labkit
 
-from labkit import ring_attention as ra
 from labkit.train import TrainConfig, run_many, train
+from labkit.train import ring_attention as ra
 
 BASE = TrainConfig(model="tiny", steps=3, warmup_steps=1, peak_flops=1e12, micro_batch=8)
 TOL = 2e-5                                               # fp32: other reduction orders, not other maths

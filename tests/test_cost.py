@@ -1,9 +1,9 @@
-"""labkit.cost: wall-clock, device-hours and the 1/(1-d) - 1 rule of chapter 1."""
+"""labkit.perf.cost: wall-clock, device-hours and the 1/(1-d) - 1 rule of chapter 1."""
 import math
 
 import pytest
 
-from labkit import cost
+from labkit.perf import cost
 
 
 def test_thirty_percent_drop_is_43_percent_more_time():

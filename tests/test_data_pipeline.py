@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from labkit import data, pipeline
+from labkit import data
+from labkit.data import loading as pipeline
 from labkit.train import TrainConfig, train
 
 EOS = 0

@@ -87,7 +87,7 @@ def test_rule_matches_torch_buckets_on_one_rank(tmp_path):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from labkit.models import GPT, gpt_config
+    from labkit.model.gpt import GPT, gpt_config
 
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "s"), 1), rank=0, world_size=1)
     try:

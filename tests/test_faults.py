@@ -1,4 +1,4 @@
-"""labkit.faults (lab 2's mystery runs): the seed picks a fault the record does not show, and each fault,
+"""labkit.teaching.faults (lab 2's mystery runs): the seed picks a fault the record does not show, and each fault,
 run live on 2 gloo ranks at the lab's FAST sizes, is named by diagnose's primary family (a straggler by
 the stragglers table too). Asserts families and ranks, never timings. The live tests take ≈ 80 s on 2
 loaded cores (slow)."""
@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from labkit import faults
 from labkit.diagnose import FAMILIES
 from labkit.record import RunRecord, Stat
+from labkit.teaching import faults
 from labkit.train import TrainConfig
 
 FAST = dict(seq_len=32, micro_batch=4, steps=8, warmup_steps=2)      # the lab's FAST sizes
@@ -18,7 +18,7 @@ FAST = dict(seq_len=32, micro_batch=4, steps=8, warmup_steps=2)      # the lab's
 
 def test_every_seed_maps_to_a_fault_of_a_course_family_and_every_fault_is_reachable():
     """Practice seeds and a key's tickets each reach every fault; no public name maps a seed to its fault."""
-    from labkit import tickets
+    from labkit.teaching import tickets
 
     assert not {"fault_of", "seed_for", "mystery_config"} & (set(faults.__all__) | set(dir(faults)))
     key = "lab02-test-key-0123456789"
@@ -124,7 +124,7 @@ def test_the_loader_job_draws_its_size_and_shows_none_of_it():
     """Practice seeds draw every size of LOADER_STEPS; a ticket draws through the instructor's key, which a keyed
     grader checks; the job's repr and public names tell no size, and bad seeds or non-loader options are refused
     (before any training)."""
-    from labkit import tickets
+    from labkit.teaching import tickets
 
     assert {faults._loader_steps(s) for s in range(40)} == set(faults.LOADER_STEPS)
     key = "lab08-test-key-0123456789"

@@ -19,7 +19,9 @@ import json
 import numpy as np
 import pytest
 
-from labkit import flops, memory, mfu, shapes
+from labkit import flops, memory
+from labkit.flops import mfu
+from labkit.model import shapes
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")

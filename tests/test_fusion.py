@@ -1,4 +1,4 @@
-"""Chapter 17: labkit.fusion, the trainer's optimizer_impl and cuda_graphs options (the CUDA path with a fake)."""
+"""Chapter 17: labkit.kernels.fusion, the trainer's optimizer_impl and cuda_graphs options (the CUDA path with a fake)."""
 from __future__ import annotations
 
 import gzip
@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from labkit import fusion
-from labkit.ab import ABResult
+from labkit.kernels import fusion
+from labkit.measure.ab import ABResult
 from labkit.train import TrainConfig, train
 from labkit.train import graphs as graphs_mod
 from labkit.train.optim import build_optimizer, implementation

@@ -1,4 +1,4 @@
-"""Unit tests of labkit.grading: the lab format, release, evidence, hidden checks, gradebook, CLI."""
+"""Unit tests of labkit.teaching.grading: the lab format, release, evidence, hidden checks, gradebook, CLI."""
 from __future__ import annotations
 
 import ast
@@ -12,10 +12,18 @@ import pytest
 from _labs import write_lab  # tests/_labs.py: shared with tests/test_grading_sandbox.py
 
 from labkit.cli import main as cli
-from labkit.grading import CheckFailed, Evidence, EvidenceBook, Limits, learner_notebook, load_lab, release
-from labkit.grading.batch import GradeConfig, _complete, collect, grade, student_of, write_gradebook
-from labkit.grading.checker import run_checks
-from labkit.grading.labfmt import PROMPT, strip_solutions
+from labkit.teaching.grading import (
+    CheckFailed,
+    Evidence,
+    EvidenceBook,
+    Limits,
+    learner_notebook,
+    load_lab,
+    release,
+)
+from labkit.teaching.grading.batch import GradeConfig, _complete, collect, grade, student_of, write_gradebook
+from labkit.teaching.grading.checker import run_checks
+from labkit.teaching.grading.labfmt import PROMPT, strip_solutions
 
 MINI = Path(__file__).resolve().parent / "adversarial" / "mini_lab"
 
@@ -195,7 +203,7 @@ def test_gradebook_has_one_row_per_student_and_resume_rules(tmp_path):
 
 
 def test_config_validation():
-    from labkit.grading.sandbox import default_memory_mb
+    from labkit.teaching.grading.sandbox import default_memory_mb
 
     assert Limits().memory_mb == default_memory_mb()
     assert Limits(memory_mb=None).memory_mb is None
@@ -255,7 +263,7 @@ def test_cpu_limit_is_watched_from_outside_so_cpu_clocks_stay_precise():
     import sys
     import time
 
-    from labkit.grading.sandbox import Limits, wait_within
+    from labkit.teaching.grading.sandbox import Limits, wait_within
 
     lim = Limits(cpu_s=1, fsize_mb=64, memory_mb=None)
     probe = subprocess.run([sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_CPU))"],

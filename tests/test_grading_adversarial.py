@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit.grading import Limits
-from labkit.grading.batch import GradeConfig, grade
+from labkit.teaching.grading import Limits
+from labkit.teaching.grading.batch import GradeConfig, grade
 
 HERE = Path(__file__).resolve().parent / "adversarial"
 LAB = HERE / "mini_lab"
@@ -119,7 +119,7 @@ def test_killed_batch_resumes_without_duplicates(tmp_path, calibrated_peaks):
 
 @pytest.mark.slow
 def test_notebook_deadline_stops_a_sleeping_submission(tmp_path):
-    from labkit.grading import learner_notebook, load_lab
+    from labkit.teaching.grading import learner_notebook, load_lab
 
     lab = load_lab(LAB)
     nb = learner_notebook(lab)
@@ -149,7 +149,7 @@ def test_on_disk_tampering_is_flagged_not_graded(tmp_path):
     import nbformat
     from nbformat.v4 import new_code_cell
 
-    from labkit.grading import learner_notebook, load_lab
+    from labkit.teaching.grading import learner_notebook, load_lab
 
     protected = tmp_path / "protected"
     protected.mkdir()
@@ -161,7 +161,7 @@ def test_on_disk_tampering_is_flagged_not_graded(tmp_path):
     cfg = GradeConfig(limits=LIMITS, protect=(str(protected),), progress=False)
     res = grade(LAB, [sub], tmp_path / "out", cfg)
     fb = json.loads((tmp_path / "out" / "feedback" / "tamper.json").read_text())
-    from labkit.grading.isolation import isolation
+    from labkit.teaching.grading.isolation import isolation
 
     if isolation()[0] is None:     # not caged: the file really changed, nothing is graded until it is restored
         assert res.failed == ["tamper"] and res.rows == []

@@ -17,14 +17,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.grading import EvidenceBook, Limits, learner_notebook, load_lab
-from labkit.grading import batch as batch_mod
-from labkit.grading.batch import GradeConfig, grade, grade_one
-from labkit.grading.checker import run_checks
-from labkit.grading.feedback import render, withhold
-from labkit.grading.labfmt import other_lab
-from labkit.grading.students import origin_of, resolve
 from labkit.record import RunRecord, Stat
+from labkit.teaching.grading import EvidenceBook, Limits, learner_notebook, load_lab
+from labkit.teaching.grading import batch as batch_mod
+from labkit.teaching.grading.batch import GradeConfig, grade, grade_one
+from labkit.teaching.grading.checker import run_checks
+from labkit.teaching.grading.feedback import render, withhold
+from labkit.teaching.grading.labfmt import other_lab
+from labkit.teaching.grading.students import origin_of, resolve
 
 MINI = Path(__file__).resolve().parent / "adversarial" / "mini_lab"
 
@@ -115,7 +115,7 @@ def test_another_labs_notebook_is_named_as_such(tmp_path):
 @pytest.fixture
 def lab02_evidence(tmp_path):
     """A SYNTHETIC 2-rank straggler trace and a record of the straggler's seed, recorded as q1's evidence."""
-    from labkit import faults
+    from labkit.teaching import faults
     from labkit.trace import analyze
     from labkit.trace.synthetic import SyntheticSpec, synthesize_traces
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit.grading import Limits, load_lab, release
-from labkit.grading.batch import GradeConfig, grade
+from labkit.teaching.grading import Limits, load_lab, release
+from labkit.teaching.grading.batch import GradeConfig, grade
 
 HERE = Path(__file__).resolve().parent / "adversarial"
 REAL = json.loads((HERE / "expected.json").read_text())["_real_labs"]
@@ -63,7 +63,7 @@ def test_lab12_instructor_full_marks_on_the_host_statistics_seed(tmp_path, calib
     scheduling workload too (its steps are short and its fix a CPU-bound 1.7-2.4x, the mystery most at the mercy of
     a loaded machine) as an instructor would: a ticket issued with the course's key as ``SEED``, the grader given
     the same key (so the hidden checks take only that key's tickets)."""
-    from labkit import capstone, tickets
+    from labkit.teaching import capstone, tickets
 
     key = "test-course-key-0123456789"
     seat = next(s for s in range(200)
@@ -86,10 +86,10 @@ def test_lab02_q3_holds_the_family_to_the_seed_and_the_number_to_the_run(tmp_pat
     share passes both; another family fails the family check; a number typed in fails the evidence check."""
     import gzip
 
-    from labkit import faults
-    from labkit.grading import EvidenceBook
-    from labkit.grading.checker import run_checks
     from labkit.record import RunRecord, Stat
+    from labkit.teaching import faults
+    from labkit.teaching.grading import EvidenceBook
+    from labkit.teaching.grading.checker import run_checks
     from labkit.trace import analyze
     from labkit.trace.synthetic import SyntheticSpec, synthesize_traces
 

@@ -1,8 +1,8 @@
-"""The grading rule (labkit.grading.evidence's docstring), on lab10's q3: the point rests on the learner's own
+"""The grading rule (labkit.teaching.grading.evidence's docstring), on lab10's q3: the point rests on the learner's own
 recorded A/B runs, re-derived and bound to the execution that recorded them — a typed-in verdict, runs pasted
 from another kernel, or an inconclusive A/B are each graded as the rule says.
 
-The A/B is ``labkit.ab.ab_train(same_ranks=True)`` itself with its launch replaced by records whose step times
+The A/B is ``labkit.measure.ab.ab_train(same_ranks=True)`` itself with its launch replaced by records whose step times
 this test chooses (no training: the checks never time anything, they read the evidence).
 """
 from __future__ import annotations
@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from labkit.ab import NO_DIFFERENCE, ab_train
-from labkit.grading import EvidenceBook, load_lab
-from labkit.grading.checker import run_checks
-from labkit.grading.evidence import CheckFailed, Evidence
+from labkit.measure.ab import NO_DIFFERENCE, ab_train
 from labkit.record import RunRecord, Stat
+from labkit.teaching.grading import EvidenceBook, load_lab
+from labkit.teaching.grading.checker import run_checks
+from labkit.teaching.grading.evidence import CheckFailed, Evidence
 from labkit.train import TrainConfig
 
 LAB = "lab10_planner"
@@ -138,7 +138,7 @@ def test_a_forged_sample_or_answer_is_caught(tmp_path, monkeypatch):
 
 
 def test_note_needs_a_sentence():
-    from labkit.grading import note
+    from labkit.teaching.grading import note
 
     with pytest.raises(ValueError, match="non-empty sentence"):
         note("  ")
@@ -175,7 +175,7 @@ def test_lab09_a_miss_beyond_the_cap_on_a_too_noisy_run_is_noted_not_penalised(t
 def _lab01_q2(root, peak_source: str):
     """lab01's q2 on a record whose MFU against its peak is 1.5 (a peak measured at a third of the real one)."""
     from labkit import flops
-    from labkit.models import gpt_config
+    from labkit.model.gpt import gpt_config
 
     fpt = flops.model_flops_per_token(gpt_config("tiny", seq_len=64).shape())
     rec = RunRecord(label="baseline", step_time=Stat.of([0.1] * 4), tokens_per_step=256, tokens_per_s=2560.0,
@@ -201,7 +201,7 @@ def test_lab01_mfu_above_one_against_a_measured_peak_is_noted_against_a_catalogu
 def test_the_prompt_says_what_to_do_not_the_code(lab_id, question):
     """issue 33: these prompts carried their solution's code. The question's prompt (the markdown cell before its
     answer cell) shares no 24-character stretch of code with the solution (whitespace and backticks ignored)."""
-    from labkit.grading.labfmt import BEGIN_SOLUTION, END_SOLUTION
+    from labkit.teaching.grading.labfmt import BEGIN_SOLUTION, END_SOLUTION
 
     cells = load_lab(lab_id).notebook().cells
     at = next(i for i, c in enumerate(cells) if (c.metadata.get("labkit") or {}).get("id") == question)

@@ -16,8 +16,8 @@ import pytest
 from _labs import write_lab  # tests/_labs.py: the toy-lab builder of tests/test_grading.py
 
 from labkit.cli import main as cli
-from labkit.grading import Limits
-from labkit.grading.batch import GradeConfig
+from labkit.teaching.grading import Limits
+from labkit.teaching.grading.batch import GradeConfig
 
 MINI = Path(__file__).resolve().parent / "adversarial" / "mini_lab"
 
@@ -141,8 +141,8 @@ def test_check_timeout_refuses_nan_inf_and_nonpositive(value):
 
 # ---------------------------------------------------------------- lab ids
 def test_a_lab_id_names_the_courses_lab_before_a_folder_of_that_name(tmp_path, monkeypatch, capsys):
-    from labkit.grading import load_lab
     from labkit.paths import repo_root
+    from labkit.teaching.grading import load_lab
 
     course_lab = load_lab(repo_root() / "labs" / "lab01_baseline" / "lab01_baseline.ipynb")
     decoy = tmp_path / "lab01_baseline"
@@ -165,7 +165,7 @@ def test_limits_are_clamped_to_an_inherited_hard_address_space_limit():
 import resource, signal, subprocess, sys
 hard = 6 * 2**30
 resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
-from labkit.grading import Limits
+from labkit.teaching.grading import Limits
 lim, notes = Limits(memory_mb=8192).within_inherited()
 print(lim.memory_mb, notes)
 r = subprocess.run([sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[1])"],
@@ -186,7 +186,7 @@ def _toy_course(tmp_path) -> Path:
     d.mkdir(parents=True)
     (d / "helper.py").write_text("VALUE = 1\n")
     return write_lab(d, [
-        ("from labkit.grading import EvidenceBook\nfrom helper import VALUE", None),
+        ("from labkit.teaching.grading import EvidenceBook\nfrom helper import VALUE", None),
         ("x = None\n### BEGIN SOLUTION\nx = VALUE\n### END SOLUTION\nEvidenceBook('toy').submit('q1', answer=x)",
          {"id": "q1", "kind": "answer", "points": 1}),
         ("### BEGIN HIDDEN CHECKS\nexpect(evidence('q1').number() == 1, 'not 1')\n### END HIDDEN CHECKS",
@@ -200,7 +200,7 @@ HOSTILE = {   # student -> a cell appended to the instructor's own (full-marks) 
     "forger": "open({out!r} + '/feedback/honest.json', 'w').write('{{}}'); open({out!r} + '/gradebook.csv', 'w')",
     "signaller": ("import os, signal, psutil\n"
                   "grader = [p for p in psutil.Process().parents() if 'grade' in p.cmdline()\n"
-                  "          or any('labkit.grading' in t for t in p.cmdline())]\n"
+                  "          or any('labkit.teaching.grading' in t for t in p.cmdline())]\n"
                   "for sig in (signal.SIGTERM, signal.SIGKILL):\n"
                   "    for p in grader:\n"
                   "        try:\n"
@@ -216,7 +216,7 @@ def test_a_submission_that_tampers_changes_nothing_but_its_own_grade(tmp_path):
     import psutil
     from nbformat.v4 import new_code_cell
 
-    from labkit.grading.isolation import isolation
+    from labkit.teaching.grading.isolation import isolation
 
     if isolation()[0] is None:
         pytest.skip(isolation()[1])
@@ -281,7 +281,7 @@ def test_grading_under_an_inherited_ulimit_v_runs_the_submissions(tmp_path):
 def test_the_cage_walls_off_the_files_the_scratch_layer_and_the_grader(tmp_path, user_ns):
     import os
 
-    from labkit.grading.isolation import Cage, _unshare, isolation, probe
+    from labkit.teaching.grading.isolation import Cage, _unshare, isolation, probe
 
     if isolation()[0] is None or (not user_ns and os.geteuid() != 0) or probe(user_ns):
         pytest.skip(f"no cage of this kind here: {isolation()[1]}")

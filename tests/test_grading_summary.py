@@ -14,13 +14,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.grading import Limits, learner_notebook, load_lab
-from labkit.grading import batch as batch_mod
-from labkit.grading.batch import GradeConfig, grade
-from labkit.grading.feedback import HIDDEN, render, row_messages
-from labkit.grading.gradebook import write_gradebook
-from labkit.grading.summary import main as summary_main
-from labkit.grading.summary import summarize, write_summary
+from labkit.teaching.grading import Limits, learner_notebook, load_lab
+from labkit.teaching.grading import batch as batch_mod
+from labkit.teaching.grading.batch import GradeConfig, grade
+from labkit.teaching.grading.feedback import HIDDEN, render, row_messages
+from labkit.teaching.grading.gradebook import write_gradebook
+from labkit.teaching.grading.summary import main as summary_main
+from labkit.teaching.grading.summary import summarize, write_summary
 
 MINI = Path(__file__).resolve().parent / "adversarial" / "mini_lab"
 

@@ -16,15 +16,15 @@ import nbformat
 import pytest
 
 from labkit.cli import main as cli
-from labkit.grading import EvidenceBook, learner_notebook, load_lab
-from labkit.grading import batch as batch_mod
-from labkit.grading.batch import GradeConfig, grade, read_pending
-from labkit.grading.checker import run_checks
-from labkit.grading.evidence import sha256_file
-from labkit.grading.feedback import render, withhold
-from labkit.grading.gradebook import merge
-from labkit.grading.labfmt import source_copy
-from labkit.grading.students import Roster, origin_of, parse_shard, resolve, shard_of
+from labkit.teaching.grading import EvidenceBook, learner_notebook, load_lab
+from labkit.teaching.grading import batch as batch_mod
+from labkit.teaching.grading.batch import GradeConfig, grade, read_pending
+from labkit.teaching.grading.checker import run_checks
+from labkit.teaching.grading.evidence import sha256_file
+from labkit.teaching.grading.feedback import render, withhold
+from labkit.teaching.grading.gradebook import merge
+from labkit.teaching.grading.labfmt import source_copy
+from labkit.teaching.grading.students import Roster, origin_of, parse_shard, resolve, shard_of
 
 MINI = Path(__file__).resolve().parent / "adversarial" / "mini_lab"
 LAB = "lab01_baseline"
@@ -295,7 +295,7 @@ def _alive(pids) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("when", ["labkit.grading.executor", "ipykernel"])
+@pytest.mark.parametrize("when", ["labkit.teaching.grading.executor", "ipykernel"])
 def test_kill_9_of_a_forced_run_leaves_no_process_and_the_rerun_regrades(tmp_path, monkeypatch, when):
     """``kill -9`` of the grader as soon as its executor starts (while it still imports papermill) and
     once the kernel runs: neither the executor nor the kernel nor a rank may survive it."""

@@ -15,7 +15,7 @@ from labkit.diagnose.hang import diagnose_hang
 from labkit.launcher import LaunchError, launch
 from labkit.trace.flight import read_dump, read_dumps
 
-TARGET = "labkit.diagnose.hang_workloads:hang_job"
+TARGET = "labkit.diagnose.seeded_hangs:hang_job"
 
 
 # ----------------------------------------------------------------------------- live gloo hangs
@@ -269,7 +269,7 @@ def test_cli_diagnose_hang(tmp_path, capsys):
 
 
 def test_hang_job_refuses_bad_arguments_before_touching_torch_distributed():
-    from labkit.diagnose.hang_workloads import hang_job
+    from labkit.diagnose.seeded_hangs import hang_job
 
     with pytest.raises(ValueError, match="kind='stall' is not a hang kind"):
         hang_job(kind="stall")

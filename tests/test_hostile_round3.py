@@ -50,9 +50,9 @@ def test_cli_refuses_a_fifo_in_one_line(argv, fifo, capsys):
 
 
 def test_library_readers_refuse_a_fifo(fifo):
+    from labkit.model.shapes import from_hf_config
     from labkit.nsys.sqlite import read_sqlite
     from labkit.record import RunRecord
-    from labkit.shapes import from_hf_config
     from labkit.trace.load import load
 
     for call in (lambda: load(fifo), lambda: RunRecord.load(fifo), lambda: from_hf_config(str(fifo), seq_len=8),
@@ -94,7 +94,7 @@ def test_trace_synth_caps_the_events(tmp_path, capsys):
     (dict(mean_job_h=-2.0), "mean_job_h"), (dict(max_gpus=3), "max_gpus"), (dict(seed=-1), "seed"),
 ])
 def test_scheduling_jobs_refuses_what_never_ends(kw, match):
-    from labkit.scheduling import jobs, simulate
+    from labkit.perf.scheduling import jobs, simulate
 
     args = dict(seed=0, hours=72.0, arrivals_per_h=6.0, max_gpus=32, mean_job_h=3.0) | kw
     with pytest.raises(ValueError, match=match):
@@ -129,10 +129,10 @@ def test_run_checks_the_world_before_any_rank(kw, n, match, tmp_path, monkeypatc
 
 def test_string_false_is_not_true_in_the_new_keywords():
     from labkit.comm.env import check_env
-    from labkit.fusion import graph_step_us
-    from labkit.perf_validate.tp_cycle import fit_tp_cycle
-    from labkit.ring_attention import chunk_ids
+    from labkit.kernels.fusion import graph_step_us
+    from labkit.perf.validate.tp_cycle import fit_tp_cycle
     from labkit.trace.synthetic import SyntheticSpec
+    from labkit.train.ring_attention import chunk_ids
 
     for call in (lambda: chunk_ids(0, 2, balanced="False"), lambda: graph_step_us(4, 5.0, 3.0, graphed="False"),
                  lambda: fit_tp_cycle([1e5, 2e5], [1e-4, 2e-4], 2, includes_all_reduces="False"),
@@ -142,7 +142,7 @@ def test_string_false_is_not_true_in_the_new_keywords():
 
 
 def test_part_times_validated():
-    from labkit.perf_validate.stage_times import PartTimes
+    from labkit.perf.validate.stage_times import PartTimes
 
     with pytest.raises(ValueError, match="PartTimes.embed_s=-0.001"):
         PartTimes(embed_s=-0.001, block_s=0.002, tail_s=0.003, n_layers=4)
@@ -152,8 +152,8 @@ def test_part_times_validated():
 
 
 def test_cycle_fits_are_non_negative_and_tp_divides_the_group():
-    from labkit.perf_validate.fit import fit_unit_cycle
-    from labkit.perf_validate.tp_cycle import fit_tp_cycle
+    from labkit.perf.validate.fit import fit_unit_cycle
+    from labkit.perf.validate.tp_cycle import fit_tp_cycle
 
     c = fit_tp_cycle([1e5, 2e5, 4e5], [-1e-4, 2e-4, 6e-4], 2)     # unconstrained: α < 0
     assert c.alpha_s == 0.0 and c.beta_s_per_byte > 0
@@ -166,7 +166,7 @@ def test_cycle_fits_are_non_negative_and_tp_divides_the_group():
 
 
 def test_load_imbalance_of_huge_counts():
-    from labkit.moe_stats import load_imbalance
+    from labkit.model.expert_load import load_imbalance
 
     assert load_imbalance([1e308, 1e308]) == 1.0
     assert load_imbalance([1e308, 0.0, 0.0, 0.0]) == 4.0
@@ -208,8 +208,8 @@ def test_small_trace_reads_under_a_small_address_space(tmp_path):
 
 
 def test_calibrate_and_validate_check_link_options_before_launching(monkeypatch):
-    from labkit import perf_validate
-    from labkit.perf_validate import cells
+    from labkit.perf import validate as perf_validate
+    from labkit.perf.validate import cells
     from labkit.train import TrainConfig
 
     monkeypatch.setattr(cells, "measure_steps", lambda *a, **k: pytest.fail("a launch ran"))

@@ -326,7 +326,7 @@ def _errors(page) -> list[str]:
 def test_two_learners_and_the_instructor_on_a_real_hub(hub, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    from labkit.grading.course_copy import leaks
+    from labkit.teaching.grading.course_copy import leaks
 
     url, group, accounts, tree, log = hub
     a, b = accounts

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from labkit.regress_series import series_figures, train_series
+from labkit.measure.series import series_figures, train_series
 from labkit.train import TrainConfig, train
 from labkit.train.inject import do_work, work_flops
 

@@ -155,7 +155,7 @@ def test_a_real_trainer_run_on_cpu_logs_tokens_per_s_and_mfu(tmp_path, monkeypat
 
 def test_labkits_own_gpt_is_read_from_its_config():
     """meter_for / flops_per_token_of on the course's GPT: its GPTConfig's shape, not a transformers reader."""
-    from labkit.models import GPT, gpt_config
+    from labkit.model.gpt import GPT, gpt_config
 
     cfg = gpt_config("tiny")
     fpt, how = flops_per_token_of(GPT(cfg))

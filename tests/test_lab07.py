@@ -11,8 +11,8 @@ import shutil
 import nbformat
 import pytest
 
-from labkit.grading import Limits, load_lab, release
-from labkit.grading.batch import GradeConfig, grade
+from labkit.teaching.grading import Limits, load_lab, release
+from labkit.teaching.grading.batch import GradeConfig, grade
 
 LAB = "lab07_memory_precision"
 
@@ -59,7 +59,7 @@ def test_lab07_full_marks_zero_and_a_forged_log_caught(tmp_path, calibrated_peak
 def test_lab07_release_hides_solutions_and_checks():
     import ast
 
-    from labkit.grading.labfmt import PROMPT, learner_notebook
+    from labkit.teaching.grading.labfmt import PROMPT, learner_notebook
 
     lab = load_lab(LAB)
     assert [q.id for q in lab.questions] == ["q1", "q2", "q3"] and lab.max_score == 7
@@ -75,7 +75,7 @@ def test_lab07_release_hides_solutions_and_checks():
 
 def test_the_forged_log_breaks_the_rule_the_grader_replays():
     """The doctored log of the slow test, checked directly: marking skipped steps applied is caught."""
-    from labkit import precision
+    from labkit.train import precision
 
     log = [{"scale": 2.0 ** 24 / 2 ** min(i, 3), "overflow": i < 3, "applied": i >= 3,
             "next_scale": 2.0 ** 24 / 2 ** min(i + 1, 3)} for i in range(5)]

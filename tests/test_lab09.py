@@ -11,10 +11,10 @@ import os
 
 import pytest
 
-from labkit import tickets
-from labkit.diagnose import hang_workloads as hw
-from labkit.grading import EvidenceBook, load_lab
-from labkit.grading.checker import run_checks
+from labkit.diagnose import seeded_hangs as hw
+from labkit.teaching import tickets
+from labkit.teaching.grading import EvidenceBook, load_lab
+from labkit.teaching.grading.checker import run_checks
 
 KEY = "test-course-key-0123456789"
 LIVE = (0, 4, 2, 3)            # practice seeds drawing size, skip, exit, loader

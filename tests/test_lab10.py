@@ -8,12 +8,13 @@ import os
 
 import pytest
 
-from labkit import ab, perf
-from labkit.grading import EvidenceBook, load_lab
-from labkit.grading.checker import run_checks
+from labkit import perf
+from labkit.measure import ab
 from labkit.perf import exercise
 from labkit.perf.predict import TERMS
 from labkit.record import RunRecord, Stat
+from labkit.teaching.grading import EvidenceBook, load_lab
+from labkit.teaching.grading.checker import run_checks
 from labkit.train import TrainConfig
 from labkit.train.pipeline import bubble_fraction
 

@@ -17,10 +17,10 @@ import os
 import numpy as np
 import pytest
 
-from labkit.grading import EvidenceBook, load_lab
-from labkit.grading.checker import run_checks
+from labkit.measure.series import NoiseModel, SeriesMonitor, monitor_rates, series_figures, size_monitor
 from labkit.record import RunRecord, Stat
-from labkit.regress_series import NoiseModel, SeriesMonitor, monitor_rates, series_figures, size_monitor
+from labkit.teaching.grading import EvidenceBook, load_lab
+from labkit.teaching.grading.checker import run_checks
 
 LAB = "lab11_regression"
 CFG = {"model": "tiny", "seq_len": 32, "micro_batch": 4, "accum": 1, "dtype": "fp32", "steps": 12,
@@ -31,7 +31,7 @@ SLOWDOWN = 0.25
 def test_lab11_release_hides_solutions_and_checks():
     import ast
 
-    from labkit.grading.labfmt import PROMPT, learner_notebook
+    from labkit.teaching.grading.labfmt import PROMPT, learner_notebook
 
     lab = load_lab(LAB)
     assert [q.id for q in lab.questions] == ["q1", "q2", "q3"] and lab.max_score == 7

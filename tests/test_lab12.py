@@ -1,4 +1,4 @@
-"""lab12_capstone and labkit.capstone: the seed (a ticket, or a practice number) draws every family and a workload
+"""lab12_capstone and labkit.teaching.capstone: the seed (a ticket, or a practice number) draws every family and a workload
 shows none of it; a keyed grader accepts only the tickets its key issued; a fix may change trainer options only and
 never the global batch (run and A/B refuse it); a memory budget fits more sequences under recomputation; and the
 hidden checks, run by the grader's checker on evidence made here (a real traced run of the workload for q1), pass a
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import capstone
-from labkit.grading import EvidenceBook, load_lab
-from labkit.grading.checker import run_checks
 from labkit.record import RunRecord, Stat
+from labkit.teaching import capstone
+from labkit.teaching.grading import EvidenceBook, load_lab
+from labkit.teaching.grading.checker import run_checks
 
 LAB = "lab12_capstone"
 
@@ -52,7 +52,7 @@ def test_the_seed_draws_every_mystery_and_the_workload_shows_none():
 def test_tickets_draw_every_family_and_a_keyed_grader_takes_only_its_own():
     """A ticket is the seed and its HMAC tag under the instructor's key: the seats of one key draw every mystery;
     without the key a ticket cannot be made (another key's tag is refused) and a practice seed is refused."""
-    from labkit import tickets
+    from labkit.teaching import tickets
 
     key, other = "k" * 16 + "course-2026", "x" * 16 + "another-course"
     seats = [tickets.issue(key, LAB, s) for s in range(40)]
@@ -76,8 +76,8 @@ def test_release_writes_tickets_outside_the_release_and_grade_takes_the_key(tmp_
     """``labkit release LAB --key-file --tickets`` writes seat,seed,ticket rows to a new file outside --out (the
     released notebook holds neither the key nor a ticket); an existing tickets file is not overwritten; a file
     inside --out, a lab without a keyed fault or a short key is refused (exit 2)."""
-    from labkit import tickets
     from labkit.cli import main
+    from labkit.teaching import tickets
 
     keyf = tmp_path / "course.key"
     keyf.write_text("0123456789abcdef-secret\n")
@@ -229,7 +229,7 @@ def test_the_activation_budget_fits_more_sequences_under_recomputation():
 def test_release_hides_solutions_and_checks():
     import ast
 
-    from labkit.grading.labfmt import PROMPT, learner_notebook
+    from labkit.teaching.grading.labfmt import PROMPT, learner_notebook
 
     lab = load_lab(LAB)
     assert [q.id for q in lab.questions] == ["q1", "q2"] and lab.max_score == 7

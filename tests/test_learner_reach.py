@@ -18,8 +18,8 @@ import pytest
 from _makefile import lab_flags
 
 from labkit import course
-from labkit.grading.course_copy import leaks, release_course, sync_copy, update_name
 from labkit.paths import repo_root
+from labkit.teaching.grading.course_copy import leaks, release_course, sync_copy, update_name
 
 ROOT = repo_root()
 LABS = [e for e in course.notebooks(kind="lab", ready_only=True)]
@@ -36,7 +36,7 @@ def test_the_walk_finds_solutions_where_they_are(tmp_path):
     for e in LABS:
         shutil.copy(ROOT / e.path, tmp_path / f"{e.id}.ipynb")
     assert len(leaks(tmp_path)) == len(LABS)
-    from labkit.grading import learner_notebook, load_lab
+    from labkit.teaching.grading import learner_notebook, load_lab
 
     lab = load_lab("lab02_profiler")
     nb = learner_notebook(lab)

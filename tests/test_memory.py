@@ -70,7 +70,7 @@ def test_full_checkpointing_activations_measured_exactly():
     """With full recomputation only each block's input (b·s·h) is saved: measured = 2sbh x (4/2) in fp32."""
     import torch
 
-    from labkit.models import GPT, gpt_config
+    from labkit.model.gpt import GPT, gpt_config
 
     per_layer = []
     for L in (2, 4):
@@ -97,7 +97,7 @@ def test_ddp_buckets_match_torch(tmp_path):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from labkit.models import GPT, gpt_config
+    from labkit.model.gpt import GPT, gpt_config
 
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "s"), 1), rank=0, world_size=1)
     try:

@@ -9,13 +9,14 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import labkit  # noqa: E402
-from labkit import memory, viz  # noqa: E402
+from labkit import memory
+from labkit.teaching import viz  # noqa: E402
 
 
 def _first_step(micro_batch, seq_len):
-    cfg = labkit.models.gpt_config("tiny", seq_len=seq_len)
+    cfg = labkit.model.gpt.gpt_config("tiny", seq_len=seq_len)
     torch.manual_seed(0)
-    model = labkit.models.GPT(cfg)
+    model = labkit.model.gpt.GPT(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     idx = torch.randint(0, cfg.vocab_size, (micro_batch, seq_len))
     activations = memory.measure_activation_bytes(model, idx, idx)
@@ -64,7 +65,7 @@ def test_change_refuses_an_unknown_phase(step):
 
 
 def test_recorder_refuses_phases_out_of_place_and_a_step_without_them():
-    model = labkit.models.GPT(labkit.models.gpt_config("tiny", seq_len=16))
+    model = labkit.model.gpt.GPT(labkit.model.gpt.gpt_config("tiny", seq_len=16))
     rec = memory.StepMemoryRecorder(model)
     with pytest.raises(RuntimeError, match="inside"):
         rec.phase("forward")

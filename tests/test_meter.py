@@ -1,11 +1,11 @@
-"""labkit.meter: the CUDA-event branch with a fake event class, the CPU branch, records and errors."""
+"""labkit.measure.meter: the CUDA-event branch with a fake event class, the CPU branch, records and errors."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
-from labkit.meter import CudaEventClock, Meter, PerfCounterClock
+from labkit.measure.meter import CudaEventClock, Meter, PerfCounterClock
 from labkit.record import RunRecord
 
 
@@ -197,7 +197,7 @@ def test_real_cuda_events_time_gpu_work():
 
 def test_nvtx_ranges_wrap_each_step_and_phase():
     """ranges= opens a range per step and per phase, warm-up steps included, balanced (chapter 10)."""
-    from labkit.meter import Meter
+    from labkit.measure.meter import Meter
 
     class FakeNvtx:
         def __init__(self):

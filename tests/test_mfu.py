@@ -1,11 +1,11 @@
-"""labkit.mfu: MFU/HFU definitions checked against published runs, and refusal of impossible inputs."""
+"""labkit.flops.mfu: MFU/HFU definitions checked against published runs, and refusal of impossible inputs."""
 from __future__ import annotations
 
 import pytest
 
 from labkit import flops as F
 from labkit import hardware as hw
-from labkit import mfu as M
+from labkit.flops import mfu as M
 
 
 def test_palm_540b_mfu_and_hfu():

@@ -1,4 +1,4 @@
-"""labkit.models: sizes, FLOP shape, attention variants, activation checkpointing, bad input."""
+"""labkit.model.gpt: sizes, FLOP shape, attention variants, activation checkpointing, bad input."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from labkit import flops
-from labkit.models import GPT, SIZES, GPTConfig, gpt_config
+from labkit.model.gpt import GPT, SIZES, GPTConfig, gpt_config
 
 
 def test_shape_matches_the_real_parameter_count():

@@ -7,8 +7,8 @@ import pytest
 
 import labkit
 from labkit import flops
-from labkit.model_config import GPTConfig, gpt_config
-from labkit.moe_stats import balance_loss, load_imbalance
+from labkit.model.config import GPTConfig, gpt_config
+from labkit.model.expert_load import balance_loss, load_imbalance
 from labkit.train import TrainConfig, run_many, train
 
 BASE = TrainConfig(model="tiny", steps=3, warmup_steps=1, peak_flops=1e12, micro_batch=8, moe_experts=4, moe_top_k=2)
@@ -76,7 +76,7 @@ def test_tokens_per_expert_and_load_imbalance_are_recorded(single):
 def test_moe_shape_counts_every_expert_and_top_k_active():
     import torch
 
-    from labkit.models import GPT
+    from labkit.model.gpt import GPT
 
     cfg = gpt_config("tiny", n_experts=4, top_k=2)
     model = GPT(cfg)
@@ -96,8 +96,8 @@ def test_moe_shape_counts_every_expert_and_top_k_active():
 def test_layer_balance_loss_is_switchs_formula():
     import torch
 
-    from labkit.models import MLP
-    from labkit.moe import MoE
+    from labkit.model.gpt import MLP
+    from labkit.model.moe import MoE
 
     cfg = GPTConfig(n_layers=1, d_model=16, n_heads=1, vocab_size=8, seq_len=8, n_experts=4, top_k=2)
     torch.manual_seed(0)

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import course, notebooks
+from labkit import course
 from labkit.paths import repo_root
+from labkit.teaching import notebooks
 
 ROOT = repo_root()
 READY = sorted(course.notebooks(ready_only=True), key=lambda e: -e.cpu_s)

@@ -1,4 +1,4 @@
-"""labkit.nsys: nsys stats CSV parser, SQLite export reader, analysis, synthetic reports; labkit.streams
+"""labkit.nsys: nsys stats CSV parser, SQLite export reader, analysis, synthetic reports; labkit.measure.streams
 (chapter 7's model of a CUDA stream, formerly in labkit.nsys)."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from labkit import nsys, streams
+from labkit import nsys
+from labkit.measure import streams
 from labkit.paths import dataset
 
 # Shape of `nsys stats --report nvtx_sum --format csv` (columns of the nsys 2023+ report scripts).
@@ -157,9 +158,9 @@ def test_toy_stream_is_asynchronous_and_ordered():
 
 
 def test_stream_model_keeps_its_old_nsys_names_for_one_release():
-    with pytest.warns(DeprecationWarning, match="labkit.streams"):
+    with pytest.warns(DeprecationWarning, match="labkit.measure.streams"):
         assert nsys.ToyStream is streams.ToyStream
-    with pytest.warns(DeprecationWarning, match="labkit.streams"):
+    with pytest.warns(DeprecationWarning, match="labkit.measure.streams"):
         assert nsys.async_timing_demo is streams.async_timing_demo
 
 

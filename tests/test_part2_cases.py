@@ -26,7 +26,7 @@ def test_zero_baseline_in_gib_is_not_120():
 
 def test_fp32_adam_is_16_bytes_per_param_measured():
     torch = pytest.importorskip("torch")
-    from labkit.models import GPT, gpt_config
+    from labkit.model.gpt import GPT, gpt_config
 
     torch.manual_seed(0)
     cfg = gpt_config("tiny")

@@ -1,4 +1,4 @@
-"""labkit.perf_validate.layouts (chapter 24): what a rank of each layout holds and which collectives one step
+"""labkit.perf.validate.layouts (chapter 24): what a rank of each layout holds and which collectives one step
 issues, on real gloo ranks, against the model's counts and the parameter-split rule."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from labkit.perf_validate.layouts import (
+from labkit.perf.validate.layouts import (
     held_params,
     predicted_collectives,
     probe_layout_state,

@@ -1,4 +1,4 @@
-"""The TP and PP terms of the gloo cells (labkit.perf_validate.model_parallel, chapter 24): counts and arithmetic,
+"""The TP and PP terms of the gloo cells (labkit.perf.validate.model_parallel, chapter 24): counts and arithmetic,
 no timing. The counts are the ones tests/test_perf_layouts_live.py finds in real gloo traces."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from labkit import flops
 from labkit.comm import AlphaBeta
 from labkit.comm.models import ring_time
-from labkit.perf_validate import model_parallel as mp
-from labkit.perf_validate.layouts import predicted_collectives
+from labkit.perf.validate import model_parallel as mp
+from labkit.perf.validate.layouts import predicted_collectives
 from labkit.train import TrainConfig
 
 BASE = TrainConfig(model="small", micro_batch=2, accum=4, steps=3, warmup_steps=1, label="small")
@@ -98,9 +98,9 @@ def test_bad_input_is_refused_by_name():
         mp.validate_mp("small", ["tpxpp"], [2])
 
 
-# ------------------------------------------------------------------ TP's own DTensor work (labkit.perf_validate.tp_cycle)
+# ------------------------------------------------------------------ TP's own DTensor work (labkit.perf.validate.tp_cycle)
 def test_tp_cycle_fit_recovers_a_line_from_constructed_costs():
-    from labkit.perf_validate.tp_cycle import fit_tp_cycle
+    from labkit.perf.validate.tp_cycle import fit_tp_cycle
 
     sizes = [65536, 262144, 1048576]
     c = fit_tp_cycle(sizes, [3e-4 + 2e-10 * b for b in sizes], 2)
@@ -113,7 +113,7 @@ def test_tp_cycle_fit_recovers_a_line_from_constructed_costs():
 
 
 def test_tp_cycle_prices_pairs_times_micro_batches():
-    from labkit.perf_validate.tp_cycle import TPCycle
+    from labkit.perf.validate.tp_cycle import TPCycle
 
     c = TPCycle(nranks=2, alpha_s=1e-4, beta_s_per_byte=1e-9, act_bytes=(1.0, 2.0), cost_s=(0.0, 0.0))
     assert c.overhead_s(8, 4, 1e5) == pytest.approx(8 * 4 * (1e-4 + 1e-4))
@@ -123,7 +123,7 @@ def test_tp_cycle_prices_pairs_times_micro_batches():
 
 
 def test_the_tp_dtensor_term_is_pairs_times_the_cycle_beside_the_all_reduces():
-    from labkit.perf_validate.tp_cycle import TPCycle
+    from labkit.perf.validate.tp_cycle import TPCycle
 
     cyc = TPCycle(nranks=2, alpha_s=1e-4, beta_s_per_byte=1e-9, act_bytes=(1.0, 2.0), cost_s=(0.0, 0.0))
     cfg = mp.mp_config(BASE, "tp", 2)
@@ -149,7 +149,7 @@ def test_the_tp_dtensor_term_is_pairs_times_the_cycle_beside_the_all_reduces():
 
 
 def test_tp_cycle_refuses_bad_input_by_name():
-    from labkit.perf_validate.tp_cycle import fit_tp_cycle, tp_block_cycle
+    from labkit.perf.validate.tp_cycle import fit_tp_cycle, tp_block_cycle
 
     with pytest.raises(ValueError, match="two distinct sizes"):
         fit_tp_cycle([1e5, 1e5], [1e-4, 2e-4], 2)

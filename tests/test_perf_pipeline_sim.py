@@ -1,4 +1,4 @@
-"""labkit.perf_validate.pipeline_sim (chapter 24, issue #24): a GPipe or 1F1B step played op by op on fewer cores
+"""labkit.perf.validate.pipeline_sim (chapter 24, issue #24): a GPipe or 1F1B step played op by op on fewer cores
 than ranks — the schedules' orders, the papers' bubble where every rank owns a core, and what sharing cores does —
 and its use by predict_mp_step; the tp-way local shard of a block that prices a TP rank's compute. Arithmetic on
 constructed times; one real 1-rank timing (behaviour only)."""
@@ -8,9 +8,9 @@ import pytest
 
 from labkit import flops
 from labkit.comm import AlphaBeta
-from labkit.perf_validate import model_parallel as mp
-from labkit.perf_validate.pipeline_sim import PipelinePlay, play_schedule, rank_ops
-from labkit.perf_validate.stage_times import PartTimes, rank_time_shares, shard_block
+from labkit.perf.validate import model_parallel as mp
+from labkit.perf.validate.pipeline_sim import PipelinePlay, play_schedule, rank_ops
+from labkit.perf.validate.stage_times import PartTimes, rank_time_shares, shard_block
 from labkit.train import TrainConfig
 
 BASE = TrainConfig(model="small", micro_batch=2, accum=4, steps=3, warmup_steps=1, label="small")

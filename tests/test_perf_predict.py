@@ -124,10 +124,10 @@ def test_bad_inputs_name_the_value_and_what_is_valid(make, match):
 # ------------------------------------------------------------------- chapter 5 / 30: BERT-large on 4 GPUs
 def test_bert_large_case_rebuilt_by_predict(capsys):
     """Chapter 5: the source's one-GPU 360 ms and 4-GPU compute 90 ms, all-reduce 120 ms, sync 15 ms
-    (labkit.cases.bert_large): overlapped max(90, 120) + 15 = 135 ms (2.67×), 225 ms without overlap. The
+    (labkit.teaching.cases.bert_large): overlapped max(90, 120) + 15 = 135 ms (2.67×), 225 ms without overlap. The
     achievable fraction is solved from the one-GPU step and the link from the all-reduce (as a learner fits
     them from measurements; fp32 gradients, as the case); predict then gives both step models."""
-    from labkit.cases import bert_large
+    from labkit.teaching.cases import bert_large
 
     case = bert_large()
     parts = case.parts
@@ -158,10 +158,10 @@ def test_bert_large_case_rebuilt_by_predict(capsys):
 # ---------------------------------------------------- chapter 29: 13B on 64 -> 128 A100 over 25 Gb/s Ethernet
 def test_13b_over_25gbe_pure_dp_collapses_and_tp_pp_accumulation_recovers(capsys):
     """Syllabus ch. 29: per GPU 3.6k expected, 2.1k measured on 128 GPUs (58%), 3.3k after the fix (TP+PP,
-    accumulation, loader prefetch; 92%). The model (labkit.cases.thirteen_b().modelled: LLaMA-13B, 2048 ×
+    accumulation, loader prefetch; 92%). The model (labkit.teaching.cases.thirteen_b().modelled: LLaMA-13B, 2048 ×
     2048-token batches, pure DP = ZeRO-2, the fix = TP2 × PP2 × DP32 with 4× accumulation) gives the
     direction; the magnitudes and the gap are the case's ⚠ f, asserted here as the model's figures."""
-    from labkit.cases import thirteen_b, warnings_markdown
+    from labkit.teaching.cases import thirteen_b, warnings_markdown
 
     case = thirteen_b()
     d64, d128, fix = case.modelled().values()

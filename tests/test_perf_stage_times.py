@@ -1,4 +1,4 @@
-"""labkit.perf_validate.stage_times (chapter 24, issue #24): each pipeline/TP rank's share of a GPT's forward +
+"""labkit.perf.validate.stage_times (chapter 24, issue #24): each pipeline/TP rank's share of a GPT's forward +
 backward by the measured times of its parts, not its FLOPs — arithmetic on constructed times, and one real 1-rank
 measurement (behaviour only: no measured figure asserted)."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from labkit import flops
 from labkit.comm import AlphaBeta
-from labkit.perf_validate import model_parallel as mp
-from labkit.perf_validate.stage_times import PartTimes, measure_part_times, rank_time_shares
+from labkit.perf.validate import model_parallel as mp
+from labkit.perf.validate.stage_times import PartTimes, measure_part_times, rank_time_shares
 from labkit.train import TrainConfig
 
 BASE = TrainConfig(model="small", micro_batch=2, accum=4, steps=3, warmup_steps=1, label="small")

@@ -1,4 +1,4 @@
-"""labkit.perf_validate.tp_cycle (chapter 24, issue #24): TP's own DTensor work calibrated on a synthetic stack of
+"""labkit.perf.validate.tp_cycle (chapter 24, issue #24): TP's own DTensor work calibrated on a synthetic stack of
 column/row-parallel Linear pairs — what the calibration launches and how it subtracts; one real 2-rank run of the
 synthetic stack (behaviour, no measured figure asserted); validate_mp's use of it with the launches faked."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from labkit import flops
 from labkit.comm import AlphaBeta
-from labkit.perf_validate import model_parallel as mp
-from labkit.perf_validate import tp_cycle
+from labkit.perf.validate import model_parallel as mp
+from labkit.perf.validate import tp_cycle
 
 
 def test_the_calibration_launches_the_gpts_blocks_once_and_takes_the_local_shard_out(monkeypatch):
@@ -62,7 +62,7 @@ def _fake_record(cfg, step):
 
 
 def test_validate_mp_calibrates_a_cycle_on_tp_ranks_each_round_and_prices_it(monkeypatch):
-    from labkit.perf_validate import fit, runs
+    from labkit.perf.validate import fit, runs
 
     calls = []
 
@@ -82,7 +82,7 @@ def test_validate_mp_calibrates_a_cycle_on_tp_ranks_each_round_and_prices_it(mon
     monkeypatch.setattr(fit, "fit_gloo_links", links)
     monkeypatch.setattr(tp_cycle, "tp_block_cycle", cycle)
     monkeypatch.setattr(runs, "measure_steps_then_rates", steps_then_rates)
-    from labkit.perf_validate import stage_times
+    from labkit.perf.validate import stage_times
 
     monkeypatch.setattr(stage_times, "measure_part_times", lambda *a, **k: (calls.append(("parts",)),
                         stage_times.PartTimes(0.002, 0.03, 0.04, 4))[1])

@@ -1,4 +1,4 @@
-"""labkit.perf_validate: the performance model fed with this machine's measured compute and link.
+"""labkit.perf.validate: the performance model fed with this machine's measured compute and link.
 
 The arithmetic is checked with fakes (a fake record, a fixed α–β, a parameter count, a Calibration of
 fixed numbers, launches replaced by fakes); one slow test runs the whole machinery on real gloo ranks and
@@ -11,8 +11,8 @@ import pytest
 from labkit import flops
 from labkit.comm.models import AlphaBeta
 from labkit.perf import steptime
-from labkit.perf_validate import cells as pv
-from labkit.perf_validate.fit import fit_unit_cycle, fsdp_cycle_s, fsdp_unit_bytes
+from labkit.perf.validate import cells as pv
+from labkit.perf.validate.fit import fit_unit_cycle, fsdp_cycle_s, fsdp_unit_bytes
 from labkit.train import TrainConfig
 
 P = 1_000_000          # parameters (a count: no meta model needed)
@@ -127,7 +127,7 @@ def test_fit_gloo_links_fits_each_collective_to_its_own_sweep(monkeypatch):
 
     from labkit import comm
     from labkit.comm.models import ring_time
-    from labkit.perf_validate.fit import fit_gloo_links
+    from labkit.perf.validate.fit import fit_gloo_links
 
     truth = {"all_reduce": (2e-4, 1e-9), "all_gather": (4e-4, 3e-9), "reduce_scatter": (9e-4, 5e-9)}
     calls = []
@@ -377,7 +377,7 @@ def test_unit_cycle_calibration_launches_only_the_synthetic_module(monkeypatch):
     import torch
 
     from labkit.launcher import parent
-    from labkit.perf_validate import fit
+    from labkit.perf.validate import fit
 
     launches = []
 

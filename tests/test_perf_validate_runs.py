@@ -1,4 +1,4 @@
-"""labkit.perf_validate.runs: interleaved repeats, the median run, and the paired wrapper cost.
+"""labkit.perf.validate.runs: interleaved repeats, the median run, and the paired wrapper cost.
 
 Trainers and launches are replaced by fakes whose step times are given, so every assertion is about
 which run is kept and in which order the runs were made — never a timing.
@@ -9,8 +9,8 @@ import pytest
 
 from labkit.comm.models import AlphaBeta
 from labkit.perf import steptime
-from labkit.perf_validate import cells as pv
-from labkit.perf_validate import runs
+from labkit.perf.validate import cells as pv
+from labkit.perf.validate import runs
 from labkit.train import TrainConfig
 
 

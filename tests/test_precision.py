@@ -1,4 +1,4 @@
-"""labkit.precision and the trainer's fp16 path (chapter 18): the formats read from torch.finfo, the
+"""labkit.train.precision and the trainer's fp16 path (chapter 18): the formats read from torch.finfo, the
 dynamic-loss-scaling rule on a constructed overflow (skip, halve, grow), a static scale that diverges,
 loss parity where the maths says runs agree (a power-of-two scale is exact in fp32), the gradient
 monitor, and fp16 + GradScaler on two real gloo ranks."""
@@ -9,8 +9,7 @@ import math
 import pytest
 import torch
 
-from labkit import precision
-from labkit.train import TrainConfig, run, train
+from labkit.train import TrainConfig, precision, run, train
 
 # fp16 matmuls can be emulated (≈ 1 GFLOP/s): a tiny model, short sequences, a user peak
 FP16 = TrainConfig(model="tiny", seq_len=16, micro_batch=2, steps=12, warmup_steps=1, dtype="fp16",
@@ -142,7 +141,7 @@ def test_grad_histogram_draws_against_the_fp16_limits():
     import matplotlib
 
     matplotlib.use("Agg")
-    from labkit import viz
+    from labkit.teaching import viz
 
     m = torch.nn.Linear(4, 3)
     m.weight.grad, m.bias.grad = torch.full((3, 4), 2.0 ** -30), torch.ones(3)

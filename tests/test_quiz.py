@@ -1,7 +1,7 @@
-"""labkit.quiz: checks that pass for the computed answer and fail, with a reason, otherwise."""
+"""labkit.teaching.quiz: checks that pass for the computed answer and fail, with a reason, otherwise."""
 import pytest
 
-from labkit import quiz
+from labkit.teaching import quiz
 
 
 def q(**kw):

@@ -1,4 +1,4 @@
-"""labkit.regress: noise-aware verdicts, a baseline store that never overwrites silently, and a
+"""labkit.measure.regress: noise-aware verdicts, a baseline store that never overwrites silently, and a
 real timed loop (chapter 28)."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from labkit.cli import main as cli_main
+from labkit.measure.regress import BaselineStore, compare, mann_whitney_p, record_samples
 from labkit.record import RunRecord
-from labkit.regress import BaselineStore, compare, mann_whitney_p, record_samples
 
 
 def test_identical_distributions_are_unchanged():
@@ -162,7 +162,7 @@ def test_cli_regress_save_check(tmp_path, capsys):
 
 # ---------------------------------------------------------------- concurrency: no save is ever lost
 def _racer(store_dir, who, n, barrier, conn):
-    from labkit.regress import BaselineStore
+    from labkit.measure.regress import BaselineStore
 
     store = BaselineStore(store_dir)
     out = []

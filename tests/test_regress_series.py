@@ -1,4 +1,4 @@
-"""labkit.regress_series (the series-level regression monitor of chapter 28 and lab 11), its CLI
+"""labkit.measure.series (the series-level regression monitor of chapter 28 and lab 11), its CLI
 (`labkit regress monitor`, exit 1 on a regression) and cost.device_choice."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from labkit import checks, cost
-from labkit.regress_series import (
+from labkit import checks
+from labkit.measure.series import (
     MonitorRates,
     NoiseModel,
     SeriesMonitor,
@@ -21,6 +21,7 @@ from labkit.regress_series import (
     series_figures,
     size_monitor,
 )
+from labkit.perf import cost
 
 
 def test_noise_model_fit_is_the_spread_of_the_logs():

@@ -1,5 +1,5 @@
-"""Chapter 30's library: the BERT-large review (labkit.cases.review), its live miniature
-(labkit.cases.miniature, on real gloo ranks) and the optimisation waterfall (labkit.perf.waterfall)."""
+"""Chapter 30's library: the BERT-large review (labkit.teaching.cases.review_bert), its live miniature
+(labkit.teaching.cases.miniature, on real gloo ranks) and the optimisation waterfall (labkit.perf.waterfall)."""
 from __future__ import annotations
 
 import math
@@ -7,13 +7,13 @@ import math
 import pytest
 
 from labkit import course
-from labkit.cases import bert_large
-from labkit.cases import review as rv
-from labkit.cases import warnings_markdown as cases_md
-from labkit.cases.miniature import overhead_plan, run_bert_miniature
 from labkit.checks import ArgumentTypeError
 from labkit.diagnose import Thresholds
 from labkit.perf import waterfall as wf
+from labkit.teaching.cases import bert_large
+from labkit.teaching.cases import review_bert as rv
+from labkit.teaching.cases import warnings_markdown as cases_md
+from labkit.teaching.cases.miniature import overhead_plan, run_bert_miniature
 
 
 # ------------------------------------------------------------------------------------------- the review
@@ -165,7 +165,7 @@ def _mini(job_ms, fixed_ms, floor_ms, ci, resolution=0.1):
 
 def test_case_comparison_says_when_the_miniature_does_not_reproduce_the_case():
     """Issue #34: a ratio off the case's, with the fixed step below its calibrated floor, is called so."""
-    from labkit.cases.miniature import case_comparison
+    from labkit.teaching.cases.miniature import case_comparison
     ok = case_comparison(_mini(200.0, 135.0, 135.0, (0.6, 0.8)))          # job/fixed CI [1.25, 1.67] ∋ 1.48
     assert ok["reproduces"] and ok["own_ratio"] == pytest.approx(200 / 135) and "REPRODUCES" in ok["text"]
     off = case_comparison(_mini(168.0, 94.0 * 0.8, 94.0, (0.4, 0.55)))   # CI [1.82, 2.5] ∌ 1.48; 20 % below floor

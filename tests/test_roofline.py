@@ -1,7 +1,7 @@
-"""labkit.roofline: intensity, roof, ridge, and a live (tiny) matmul sweep (chapter 6)."""
+"""labkit.kernels.roofline: intensity, roof, ridge, and a live (tiny) matmul sweep (chapter 6)."""
 import pytest
 
-from labkit import roofline
+from labkit.kernels import roofline
 
 
 def test_matmul_counts():

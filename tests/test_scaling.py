@@ -1,7 +1,7 @@
-"""labkit.scaling: speedup, efficiency, the overlap step model and the BERT-large rebuild (chapter 5)."""
+"""labkit.measure.scaling: speedup, efficiency, the overlap step model and the BERT-large rebuild (chapter 5)."""
 import pytest
 
-from labkit import scaling
+from labkit.measure import scaling
 
 
 def test_speedup_and_efficiencies():

@@ -1,7 +1,7 @@
-"""Chapter 27: the seeded shared-cluster queue (labkit.scheduling) accounts every GPU-hour."""
+"""Chapter 27: the seeded shared-cluster queue (labkit.perf.scheduling) accounts every GPU-hour."""
 import pytest
 
-from labkit.scheduling import jobs, simulate
+from labkit.perf.scheduling import jobs, simulate
 
 
 def test_every_gpu_hour_is_accounted_once():

@@ -133,9 +133,9 @@ def _is_labkit_callable(obj) -> bool:
 
 
 def test_labkit_names_reads_imports_and_aliases():
-    code = "from labkit import quiz, viz as v\nimport labkit\nquiz.check(q, 1)\nv.new_axes()\nlabkit.flops.preset('x')\n"
-    assert labkit_names(code) >= {"labkit.quiz.check", "labkit.viz.new_axes", "labkit.flops.preset"}
-    assert resolves("labkit.quiz.check") and not resolves("labkit.quiz.no_such_thing")
+    code = "from labkit.teaching import quiz, viz as v\nimport labkit\nquiz.check(q, 1)\nv.new_axes()\nlabkit.flops.preset('x')\n"
+    assert labkit_names(code) >= {"labkit.teaching.quiz.check", "labkit.teaching.viz.new_axes", "labkit.flops.preset"}
+    assert resolves("labkit.teaching.quiz.check") and not resolves("labkit.teaching.quiz.no_such_thing")
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem[:4])

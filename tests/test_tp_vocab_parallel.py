@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.perf_validate.layouts import predicted_collectives, trace_collectives
+from labkit.perf.validate.layouts import predicted_collectives, trace_collectives
 from labkit.train import TrainConfig, run_many, train
 from labkit.train.tensor_parallel import apply_tensor_parallel, head_flops, head_plan
 
@@ -85,8 +85,8 @@ def test_plan_and_bad_input():
     with pytest.raises(ValueError, match="vocab_parallel"):
         TrainConfig(model="tiny", tp=2, vocab_parallel="yes")
 
-    from labkit.model_config import GPTConfig
-    from labkit.models import GPT
+    from labkit.model.config import GPTConfig
+    from labkit.model.gpt import GPT
 
     class TwoRanks:                                  # the error is raised before any collective
         def size(self):

@@ -8,7 +8,8 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 import labkit  # noqa: E402
-from labkit import trace, viz  # noqa: E402
+from labkit import trace
+from labkit.teaching import viz  # noqa: E402
 
 DDP = labkit.paths.dataset("traces", "cpu_gloo_ddp_tiny")
 

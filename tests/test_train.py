@@ -165,7 +165,7 @@ def test_accumulation_sync_options_count_collectives_and_keep_the_curve(tmp_path
     micro-batch without it; FSDP2 all-gathers every unit twice per micro-batch by default, once per step without
     resharding (reshard_after_forward=False + reshard_after_backward=False), and reduce-scatters once per unit per
     step in every variant. Every variant trains the same curve as one process (same global batch, same maths)."""
-    from labkit import tune
+    from labkit.tuning import sweep as tune
 
     base = BASE.replace(micro_batch=1, accum=4, steps=4)
     variants = {"ddp": {"parallel": "ddp"}, "ddp_sync": {"parallel": "ddp", "no_sync": False},

@@ -1,12 +1,12 @@
-"""Sweeps, recommendations and the largest-micro-batch search (labkit.tune)."""
+"""Sweeps, recommendations and the largest-micro-batch search (labkit.tuning.sweep)."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from labkit import tune
 from labkit.record import RunRecord, Stat
 from labkit.train import TrainConfig
+from labkit.tuning import sweep as tune
 
 
 def test_search_doubles_then_bisects():
@@ -146,7 +146,7 @@ def test_ab_micro_batch_runs_the_loop_interleaved():
 def test_step_gemm_shapes_are_the_6N_matmuls_of_the_linear_layers():
     import torch
 
-    from labkit.tune import step_gemm_shapes
+    from labkit.tuning.sweep import step_gemm_shapes
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     shapes = step_gemm_shapes(model, 10)
     assert len(shapes) == 6
@@ -160,6 +160,6 @@ def test_step_gemm_shapes_are_the_6N_matmuls_of_the_linear_layers():
 
 def test_ab_gemms_refuses_splits_of_different_batches():
     from labkit.train import TrainConfig
-    from labkit.tune import ab_gemms
+    from labkit.tuning.sweep import ab_gemms
     with pytest.raises(ValueError, match="same sequences"):
         ab_gemms(TrainConfig(model="tiny", seq_len=16, device="cpu"), a=(16, 1), b=(4, 2))

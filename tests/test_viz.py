@@ -1,11 +1,12 @@
-"""labkit.viz: SI formatting and that each helper draws on a headless backend."""
+"""labkit.teaching.viz: SI formatting and that each helper draws on a headless backend."""
 import matplotlib
 
 matplotlib.use("Agg")
 
 import pandas as pd  # noqa: E402
 
-from labkit import scaling, viz  # noqa: E402
+from labkit.measure import scaling
+from labkit.teaching import viz  # noqa: E402
 
 
 def test_si():
@@ -33,9 +34,10 @@ def test_tuning_figures_draw_from_labkit_results():
     """Chapters 20, 21, 29: each picture is drawn from the figures labkit computes for the chapter."""
     import pytest
 
-    from labkit import cases, memory
+    from labkit import memory
     from labkit.memory import recompute
-    from labkit.models import gpt_config
+    from labkit.model.gpt import gpt_config
+    from labkit.teaching import cases
 
     stages = {k: memory.model_state_bytes(7.5e9, strategy=s, n_ranks=64) for k, s in
               (("DDP", "ddp"), ("ZeRO-1", "zero1"), ("ZeRO-2", "zero2"), ("ZeRO-3", "zero3"))}

@@ -1,9 +1,11 @@
-"""labkit.widgets: calculators build headless, compute the same maths, and fall back to a table."""
+"""labkit.teaching.widgets: calculators build headless, compute the same maths, and fall back to a table."""
 import math
 
 import pytest
 
-from labkit import cost, scaling, widgets
+from labkit.measure import scaling
+from labkit.perf import cost
+from labkit.teaching import widgets
 
 
 def test_cost_calculator_matches_labkit_cost():
@@ -20,7 +22,7 @@ def test_cost_calculator_matches_labkit_cost():
 
 def test_widget_builds_headless_and_updates():
     pytest.importorskip("ipywidgets")
-    calc = widgets.scaling_calculator()         # starts on the BERT-large case (labkit.cases)
+    calc = widgets.scaling_calculator()         # starts on the BERT-large case (labkit.teaching.cases)
     box = calc.widget()
     assert "135" in box.result.value            # max(90, 120) + 15
     box.controls["comm_ms"].value = 0.0
@@ -28,7 +30,7 @@ def test_widget_builds_headless_and_updates():
 
 
 def test_scaling_calculator_defaults_are_the_bert_large_case():
-    from labkit.cases import bert_large
+    from labkit.teaching.cases import bert_large
 
     case, out = bert_large(), widgets.scaling_calculator().compute()
     assert out["step, overlap (ms)"] == pytest.approx(case.step_ms(True))
@@ -49,7 +51,7 @@ def test_show_static_fallback(capsys, monkeypatch):
 
 
 def test_mfu_calculator_flags_impossible_inputs():
-    pytest.importorskip("labkit.mfu")
+    pytest.importorskip("labkit.flops.mfu")
     calc = widgets.mfu_calculator(tokens_per_s=1000, flops_per_token=6e9, n_devices=1, peak_tflops=100)
     out = calc.compute()
     assert out["MFU"] == pytest.approx(0.06)
@@ -81,7 +83,7 @@ CHAPTER_CASES = {
                                                  throughput_drop=0.30),
     "ch04 mfu": lambda: widgets.mfu_calculator(tokens_per_s=6761.283841315374, flops_per_token=5.7231e6,
                                                n_devices=1, peak_tflops=0.11423, recompute_factor=1.1523),
-    "ch05 scaling": lambda: widgets.scaling_calculator(),          # the chapter starts on labkit.cases' numbers
+    "ch05 scaling": lambda: widgets.scaling_calculator(),          # the chapter starts on labkit.teaching.cases' numbers
     "ch05 scaling, off-grid": lambda: widgets.scaling_calculator(t1_ms=360, n=4, comm_ms=64.87, sync_ms=45.31),
 }
 

@@ -2,7 +2,7 @@
 
 A trace has a step time but no FLOP count: the user gives ``--tokens-per-step`` (global, unpadded) and
 either ``--flops-per-token`` or ``--model-config config.json --seq-len T`` (a ``transformers`` config,
-:func:`labkit.shapes.from_hf_config`, PaLM's 6N + 12·L·H·Q·T, causal masking not discounted), and
+:func:`labkit.model.shapes.from_hf_config`, PaLM's 6N + 12·L·H·Q·T, causal masking not discounted), and
 ``--peak-tflops`` (dense, per device). ``--devices`` defaults to the ranks in the trace.
 
 Taught in chapter 14 (diagnosis of a foreign run).
@@ -51,8 +51,9 @@ def resolve(args) -> dict:
 
 
 def _config_flops(path, seq_len) -> float:
-    from labkit import flops, shapes
+    from labkit import flops
     from labkit.cli._io import naming, read_json
+    from labkit.model import shapes
 
     if seq_len is None:
         raise ValueError(f"--model-config {path} needs --seq-len (the length you train at; the config's "

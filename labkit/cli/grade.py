@@ -1,5 +1,5 @@
-"""``labkit grade LAB SUBMISSIONS... --out DIR``: grade every submission of a lab (labkit.grading.batch);
-``labkit grade-merge OUT SHARD...``: join the gradebooks of a sharded run (labkit.grading.gradebook)."""
+"""``labkit grade LAB SUBMISSIONS... --out DIR``: grade every submission of a lab (labkit.teaching.grading.batch);
+``labkit grade-merge OUT SHARD...``: join the gradebooks of a sharded run (labkit.teaching.grading.gradebook)."""
 from __future__ import annotations
 
 import argparse
@@ -17,7 +17,7 @@ DIR/feedback/<student>.md (for the learner; --feedback-values hide replaces the 
 does not contain by [hidden]) and DIR/executed/<student>.ipynb. Every other file in the submission
 folders is listed with why it is not graded (DIR/not-graded.txt); a notebook of another lab is graded
 wrong-lab, naming the lab it is. Where Linux allows (root, or unprivileged user namespaces) each
-submission runs caged (labkit.grading.isolation): its own PID namespace, the checkout, labkit, the lab,
+submission runs caged (labkit.teaching.grading.isolation): its own PID namespace, the checkout, labkit, the lab,
 DIR and the Python environment behind an overlay; one that writes, deletes or renames a file there, or
 signals the grader, is graded `tampered` (named in its feedback) and changes nothing else. Every limit
 must be finite and > 0; one above an inherited hard limit (ulimit -v, -f) is lowered to it, with a note.
@@ -44,7 +44,7 @@ def _param(text: str):
         raise argparse.ArgumentTypeError(f"--param {text!r}: expected NAME=VALUE, e.g. FAST=True")
     import re
 
-    if re.fullmatch(r"\d+-[0-9a-f]+", value):      # a ticket (labkit.tickets), never arithmetic: SEED=17-301122
+    if re.fullmatch(r"\d+-[0-9a-f]+", value):      # a ticket (labkit.teaching.tickets), never arithmetic: SEED=17-301122
         return name, value
     try:
         return name, ast.literal_eval(value)
@@ -114,8 +114,8 @@ def register(subparsers) -> None:
 
 def handler(args) -> int:
     from labkit.cli.release import read_lab, resolve_lab
-    from labkit.grading import Limits
-    from labkit.grading.batch import GradeConfig, grade
+    from labkit.teaching.grading import Limits
+    from labkit.teaching.grading.batch import GradeConfig, grade
 
     check_limits(args)
     mem = {} if args.memory_mb is None else {"memory_mb": args.memory_mb or None}
@@ -124,7 +124,7 @@ def handler(args) -> int:
     cfg = GradeConfig(limits=limits, workers=args.workers, params=dict(args.param), force=args.force,
                       check_s=args.check_timeout, progress=not args.no_progress, roster=args.roster,
                       shard=args.shard, feedback_values=args.feedback_values, key=_key(args.key_file))
-    from labkit.grading.isolation import isolation
+    from labkit.teaching.grading.isolation import isolation
 
     res = grade(read_lab(resolve_lab(args.lab)), args.submissions, args.out, cfg)
     # said once the batch has run (a refused lab, folder or option stays a one-line error)
@@ -159,13 +159,13 @@ def handler(args) -> int:
 def _key(path):
     if path is None:
         return None
-    from labkit.tickets import read_key
+    from labkit.teaching.tickets import read_key
 
     return read_key(path)
 
 
 def merge_handler(args) -> int:
-    from labkit.grading.gradebook import merge
+    from labkit.teaching.grading.gradebook import merge
 
     path, rows = merge(args.merged, args.gradebooks, overwrite=args.overwrite)
     print(f"merged {len(rows)} students from {len(args.gradebooks)} gradebooks -> {path}")

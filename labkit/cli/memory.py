@@ -23,7 +23,7 @@ def register(subparsers) -> None:
                               description="Model states (ZeRO paper accounting), activations (Korthikanti "
                                           "et al. 2022) and communication buffers, per rank, in GB and GiB.")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="a labkit.flops preset (gpt2-124m, llama3-8b, ...) or a labkit.models size")
+    src.add_argument("--model", help="a labkit.flops preset (gpt2-124m, llama3-8b, ...) or a labkit.model.gpt size")
     src.add_argument("--params", type=float, help="parameter count Psi (model states only)")
     p.add_argument("--strategy", default="all", help="ddp, zero1, zero2, zero3, fsdp_full, fsdp_grad_op, "
                    "fsdp_no_shard, fsdp_hybrid, or 'all' (default)")
@@ -49,7 +49,7 @@ def _shape(name: str):
     try:
         return flops.preset(name)
     except (ValueError, KeyError):
-        from labkit.models import gpt_config
+        from labkit.model.gpt import gpt_config
 
         return gpt_config(name).shape()
 

@@ -48,7 +48,7 @@ def register(subparsers) -> None:
 def compute(args) -> dict:
     """The figures the command prints, as a dict (testable without parsing text)."""
     from labkit import checks, flops, hardware
-    from labkit import mfu as M
+    from labkit.flops import mfu as M
 
     shape_args = [args.layers, args.d_model, args.heads, args.vocab]
     given = sum(x is not None for x in (args.model, args.params)) + (any(a is not None for a in shape_args))

@@ -35,7 +35,7 @@ def register(subparsers) -> None:
             a.add_argument("--json", action="store_true")
             a.set_defaults(func=_check)
     m = sub.add_parser("monitor", help="judge the newest runs of a series against the runs before; exit 1 when slower",
-                       description="Series-level monitor (labkit.regress_series): the newest --candidate-runs "
+                       description="Series-level monitor (labkit.measure.series): the newest --candidate-runs "
                                    "per-run figures against the --baseline-runs before them; 'slower' needs the "
                                    "change to exceed --min-effect and --z standard errors of the run-to-run noise.")
     m.add_argument("history", help="per-run figures, oldest first: JSON list, {'samples': [...]}, or one per line")
@@ -53,12 +53,12 @@ def read_samples(path) -> list[float]:
     """Numbers from a JSON list, a JSON object with "samples", a RunRecord JSON (extra.step_times) or a
     text file (one number per line). Every problem — a folder, an empty or binary file, JSON of another
     shape, a value that is not a finite number > 0, fewer than 3 values — is a ValueError naming the file,
-    so that what :mod:`labkit.regress` raises afterwards is about the baseline store."""
+    so that what :mod:`labkit.measure.regress` raises afterwards is about the baseline store."""
     import math
 
     from labkit.cli._io import naming, read_text
+    from labkit.measure.regress import record_samples
     from labkit.record import RunRecord
-    from labkit.regress import record_samples
 
     what = "--samples file"
     text = read_text(path, what)
@@ -73,7 +73,7 @@ def read_samples(path) -> list[float]:
             doc = doc["samples"] if "samples" in doc else record_samples(RunRecord.from_dict(doc))
     if not isinstance(doc, list):
         raise ValueError(f"{what} {path}: expected a list of numbers, an object with 'samples' or a run record")
-    from labkit.regress import MAX_SAMPLES
+    from labkit.measure.regress import MAX_SAMPLES
 
     if len(doc) > MAX_SAMPLES:
         raise ValueError(f"{what} {path} holds {len(doc):,} values, more than the {MAX_SAMPLES:,} a baseline keeps "
@@ -96,8 +96,8 @@ def read_samples(path) -> list[float]:
 
 def _store(args):
     from labkit.cli._io import naming
+    from labkit.measure.regress import BaselineStore
     from labkit.paths import work_dir
-    from labkit.regress import BaselineStore
 
     path = args.store or work_dir("baselines")
     with naming(path, "baseline store"):
@@ -138,7 +138,7 @@ def _check(args) -> int:
 
 def _monitor(args) -> int:
     """Exit 1 when the newest runs are slower (the CI job fails), 0 otherwise; the report on stdout."""
-    from labkit.regress_series import SeriesMonitor
+    from labkit.measure.series import SeriesMonitor
 
     mon = SeriesMonitor(baseline_runs=args.baseline_runs, candidate_runs=args.candidate_runs,
                         min_effect=args.min_effect, z=args.z, higher_is_better=args.higher_is_better)

@@ -1,6 +1,6 @@
-"""``labkit release LAB --out DIR``: write the learner version of a lab (see labkit.grading.labfmt);
+"""``labkit release LAB --out DIR``: write the learner version of a lab (see labkit.teaching.grading.labfmt);
 ``labkit release --course DIR [--from TREE]``: make or update a learner's working copy of the whole course
-(see labkit.grading.course_copy)."""
+(see labkit.teaching.grading.course_copy)."""
 from __future__ import annotations
 
 import argparse
@@ -60,12 +60,12 @@ def resolve_lab(lab: str) -> str:
 
 
 def read_lab(lab):
-    """:func:`labkit.grading.load_lab`, with a one-line ValueError naming the notebook for a folder without
+    """:func:`labkit.teaching.grading.load_lab`, with a one-line ValueError naming the notebook for a folder without
     one, an empty or binary file, JSON that is no notebook, or a notebook nbformat cannot read."""
     import nbformat
 
     from labkit.cli._io import naming, read_json
-    from labkit.grading.labfmt import find_lab, load_lab
+    from labkit.teaching.grading.labfmt import find_lab, load_lab
 
     source = find_lab(lab)
     nb = read_json(source, "lab notebook", hint="a Jupyter notebook is an object with a 'cells' list")
@@ -85,7 +85,7 @@ def handler(args) -> int:
         raise ValueError("labkit release: --from TREE goes with --course DIR")
     import tempfile
 
-    from labkit.grading import course_copy as cc
+    from labkit.teaching.grading import course_copy as cc
 
     if args.course_tree:
         cc.refuse_instructor_target(args.course_tree, option="--course-tree")
@@ -106,14 +106,14 @@ def handler(args) -> int:
         return 0
     if not args.out:
         raise ValueError("labkit release LAB: --out DIR is required (where the learner version goes)")
-    from labkit.grading import release
+    from labkit.teaching.grading import release
 
     if bool(args.key_file) != bool(args.tickets):
         raise ValueError("labkit release: --key-file and --tickets go together (the key tags the tickets it writes)")
     lab = read_lab(resolve_lab(args.lab))
     cc.refuse_instructor_target(Path(args.out) / lab.id, option="--out", extra=[lab.dir])
     if args.key_file:
-        from labkit import tickets
+        from labkit.teaching import tickets
 
         key = tickets.read_key(args.key_file)
         out = tickets.write_tickets(key, tickets.keyed_lab(lab.id), args.seats, args.tickets, release_dir=args.out)

@@ -25,7 +25,7 @@ def _accum(text: str):
 
 
 def register(subparsers) -> None:
-    from labkit.model_config import ATTENTIONS, SIZES
+    from labkit.model.config import ATTENTIONS, SIZES
     from labkit.train import DTYPES, PARALLEL
     from labkit.train.config import OPTIMIZER_IMPLS, PP_SCHEDULES
 

@@ -62,7 +62,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from labkit import tune
+    from labkit.tuning import sweep as tune
 
     peak = args.peak_tflops * 1e12 if args.peak_tflops else None
     from labkit.train import TrainConfig

@@ -24,7 +24,7 @@ The code lives in small files; this package is the public face::
   ``synthetic_topology``, the one SYNTHETIC DGX-like matrix (also behind ``labkit.telemetry``).
 - :mod:`labkit.comm.ring` — ``ring_all_reduce``, a naive ring all-reduce of send/recv steps to read
   (not for use), and ``run_ring``, which runs it on gloo ranks against ``dist.all_reduce`` with a log of
-  every step (``labkit.viz.ring_allreduce`` draws it).
+  every step (``labkit.teaching.viz.ring_allreduce`` draws it).
 - :mod:`labkit.comm.synthetic` — seeded SYNTHETIC nccl-tests tables and NCCL logs.
 - :mod:`labkit.comm.exercise` — lab 9's exercise per seed: a SYNTHETIC cluster with one limiting link and its
   ``all_reduce_perf`` table, a published model, a held-out size; ``heldout_tolerance`` (the run's own noise).

@@ -8,7 +8,7 @@ the same two phases as NCCL's ring, ``nccl-tests`` doc/PERFORMANCE.md)::
     from labkit.comm import ring
     demo = ring.run_ring(4)          # 4 gloo ranks: the ring vs dist.all_reduce, and the log of every step
     demo.log                         # one row per (step, rank): which chunk went where, what it now holds
-    labkit.viz.ring_allreduce(demo.log)
+    labkit.teaching.viz.ring_allreduce(demo.log)
 
 Taught in chapter 11 (communication diagnostics, §1).
 """

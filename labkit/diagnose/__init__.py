@@ -48,7 +48,7 @@ Taught in chapter 14 (systematic diagnosis) and chapter 2 (the method: metrics f
 Files: :mod:`~labkit.diagnose.verdict` (:class:`Thresholds`, :class:`Finding`, :class:`Diagnosis`),
 :mod:`~labkit.diagnose.rules` (one rule per family and :func:`diagnose`), :mod:`~labkit.diagnose.hang`
 (:func:`diagnose_hang`: which rank a hung job waits for, from Flight Recorder dumps; chapter 27),
-:mod:`~labkit.diagnose.hang_workloads` (seeded live hangs), and
+:mod:`~labkit.diagnose.seeded_hangs` (seeded live hangs), and
 :mod:`~labkit.diagnose.workloads` (workloads with a bottleneck injected, to check the diagnosis).
 """
 from __future__ import annotations

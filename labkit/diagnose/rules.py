@@ -46,7 +46,7 @@ def _check_config(record) -> None:
     if cfg.get("num_workers") is not None:
         count("record.config['num_workers']", cfg["num_workers"], at_least=0)
     if cfg.get("checkpoint") is not None:      # a bool or a chapter-21 policy ("every:2", "attention")
-        from labkit.model_config import checkpoint_policy
+        from labkit.model.config import checkpoint_policy
 
         try:
             checkpoint_policy(cfg["checkpoint"])
@@ -57,7 +57,7 @@ def _check_config(record) -> None:
 
 def _checkpointed(value) -> bool:
     """Whether a record's ``checkpoint`` (a bool or a chapter-21 policy) recomputes anything."""
-    from labkit.model_config import checkpoint_policy
+    from labkit.model.config import checkpoint_policy
 
     return value is not None and checkpoint_policy(value) != "none"
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from labkit import checks
 from labkit.flops.counter import FlopCount, count_flops
-from labkit.recompute_policy import recompute_share
+from labkit.model.recompute_policy import recompute_share
 
 __all__ = ["METHODS", "RECOMPUTE", "PARAM_CONVENTIONS", "ModelShape", "presets", "preset", "n_params", "n_active_params",
            "n_matmul_params", "attention_core_flops_per_token", "forward_flops_per_token",
@@ -352,3 +352,13 @@ def flops_per_step(shape: ModelShape, tokens: int, *, method: str = "palm", caus
             raise ValueError(f"recompute={recompute!r} only changes hardware FLOPs; pass hardware=True")
         per = model_flops_per_token(shape, method=method, causal=causal, seq_len=seq_len)
     return per * tokens
+
+
+def __getattr__(name: str):
+    """This package's files on first use (``labkit.flops.<file>``), so the face stays cheap."""
+    import importlib
+    import pkgutil
+
+    if name in {m.name for m in pkgutil.iter_modules(__path__)}:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,7 @@
     trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[ThroughputCallback()])
     trainer.train()      # every log line gains labkit/tokens_per_s, labkit/mfu, labkit/step_time_s, ...
 
-How it measures (the Trainer gives hooks, not a loop): one :class:`labkit.meter.Meter` step runs from
+How it measures (the Trainer gives hooks, not a loop): one :class:`labkit.measure.meter.Meter` step runs from
 one ``on_step_end`` to the next, so the step time is what a token really costs — with phases
 ``data`` (``on_step_end`` → ``on_step_begin``: fetching the next batch, and the Trainer's own logging
 and saving of the previous step), ``forward_backward`` (``on_step_begin`` → ``on_pre_optimizer_step``:
@@ -30,7 +30,7 @@ from transformers import TrainerCallback
 
 from labkit import checks
 from labkit.integrations import shapes
-from labkit.meter import Meter
+from labkit.measure.meter import Meter
 
 __all__ = ["ThroughputCallback"]
 
@@ -163,7 +163,7 @@ class ThroughputCallback(TrainerCallback):
 
         Taught in chapter 7 (timing) and chapter 4 (MFU).
         """
-        from labkit import mfu as mfu_mod
+        from labkit.flops import mfu as mfu_mod
         from labkit.record import Stat
 
         times = self.meter.step_times                      # resolves pending steps (one sync on a GPU)

@@ -1,4 +1,4 @@
-"""Your own training loop, measured: a :class:`labkit.meter.Meter` with FLOPs per token and the peak
+"""Your own training loop, measured: a :class:`labkit.measure.meter.Meter` with FLOPs per token and the peak
 filled in from your model (the plain-loop recipe of the README)::
 
     meter = meter_for(model, tokens_per_step=B * T, dtype="bf16")
@@ -16,7 +16,7 @@ from __future__ import annotations
 from labkit import checks
 from labkit.hardware.peak import resolve_peak
 from labkit.integrations import shapes
-from labkit.meter import Meter
+from labkit.measure.meter import Meter
 
 __all__ = ["flops_per_token_of", "meter_for"]
 
@@ -48,13 +48,13 @@ def _model_device(model):
 def meter_for(model=None, *, tokens_per_step: int, dtype: str = "bf16", flops_per_token: float | None = None,
               peak="auto", n_devices: int = 1, seq_len: int | None = None, method: str = "palm",
               **meter_kwargs) -> Meter:
-    """A :class:`~labkit.meter.Meter` for your loop: tokens/s, MFU and phase times with no arithmetic.
+    """A :class:`~labkit.measure.meter.Meter` for your loop: tokens/s, MFU and phase times with no arithmetic.
 
     ``flops_per_token`` defaults to :func:`flops_per_token_of` ``(model)``; ``peak`` is a FLOP/s number
     per device, a catalogue name ("H100-SXM") or "auto" (the catalogue for a known GPU, else the peak
     measured on this device — :func:`labkit.hardware.resolve_peak` for ``dtype``). The meter's device
     is the model's (CUDA events on a GPU, perf_counter on a CPU) unless ``device=`` is given; other
-    keyword arguments go to :class:`~labkit.meter.Meter` (``warmup_steps``, ``label``, ...).
+    keyword arguments go to :class:`~labkit.measure.meter.Meter` (``warmup_steps``, ``label``, ...).
 
     Taught in chapter 7 (timing) and chapter 4 (MFU).
     """

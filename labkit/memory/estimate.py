@@ -45,7 +45,12 @@ import numbers
 from dataclasses import dataclass, field, replace
 
 from labkit import checks
-from labkit.recompute_policy import checkpoint_policy, checkpointed_blocks, recompute_mode, recompute_share
+from labkit.model.recompute_policy import (
+    checkpoint_policy,
+    checkpointed_blocks,
+    recompute_mode,
+    recompute_share,
+)
 from labkit.units import GB, GIB, KB, KIB, MB, MIB
 
 __all__ = ["GiB", "STRATEGIES", "PRECISIONS", "OPTIMIZERS", "fmt_bytes", "canonical_strategy", "MemoryBreakdown",
@@ -214,7 +219,7 @@ def model_state_bytes(n_params, *, strategy: str = "ddp", n_ranks: int = 1, prec
                                    "shard_group": group, "optimizer": optimizer})
 
 
-# what the attention core keeps for backward, by implementation (labkit.attention's names)
+# what the attention core keeps for backward, by implementation (labkit.kernels.attention's names)
 ATTENTION_STORES = {"naive": "scores", "math": "scores", "sdpa": "lse", "flash": "lse", "efficient": "lse",
                     "cudnn": "lse"}
 
@@ -255,7 +260,7 @@ def activation_bytes(shape, micro_batch: int, *, recompute: str = "none", tp: in
     """Activation bytes kept for backward, whole model, one micro-batch (Korthikanti et al. 2022 §4).
 
     ``shape``: anything with ``n_layers, d_model, n_heads, seq_len`` (and optionally ``d_ff``,
-    ``vocab_size``) — :class:`labkit.flops.ModelShape` or :class:`labkit.models.GPTConfig`.
+    ``vocab_size``) — :class:`labkit.flops.ModelShape` or :class:`labkit.model.gpt.GPTConfig`.
     recompute: "none" → ``sb(18h + 4·d_ff) + 5as²b`` per layer (= sbh(34 + 5as/h) for d_ff = 4h),
     "selective" (or "attention") → drops the 5as²b attention term, "full" → ``2sbh`` (each layer's input
     only), "every:k" → ⌈L/k⌉ layers "full", the others "none" (chapter 21's policies).
@@ -263,7 +268,7 @@ def activation_bytes(shape, micro_batch: int, *, recompute: str = "none", tp: in
     eq. 2). ``flash_attention`` never stores the s×s scores (as selective). ``dtype_bytes`` rescales
     from the paper's 16-bit activations. ``include_head`` adds the output layer 4sbh + 4sbv (§4.3).
 
-    ``attention`` (an implementation of :mod:`labkit.attention`: "naive", "math", "sdpa", "flash",
+    ``attention`` (an implementation of :mod:`labkit.kernels.attention`: "naive", "math", "sdpa", "flash",
     "efficient", "cudnn") counts what that implementation really keeps, itemised per saved tensor at
     B = ``dtype_bytes``: per layer ``sb(8B·h + 2B·d_ff)`` (inputs of both layer norms, of the QKV, output and
     MLP projections, Q/K/V, the GELU's input) + ``2sbh`` dropout masks of ``mask_bytes`` each when ``dropout``

@@ -104,7 +104,7 @@ def probe_knobs(cfg, measured_steps: int = 2) -> dict:
 
     from labkit.memory.sharding import collectives_per_step, params_held
     from labkit.memory.tensors import measure_model_state
-    from labkit.models import GPT
+    from labkit.model.gpt import GPT
     from labkit.train.loop import forward_backward
 
     model, opt, it, device = fsdp_probe_start(cfg, "knob")

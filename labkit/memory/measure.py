@@ -25,7 +25,7 @@ def probe_model_state(model, optimizer, cfg) -> dict:
     import torch
     import torch.distributed as dist
 
-    from labkit.models import GPT
+    from labkit.model.gpt import GPT
 
     rank, world = dist.get_rank(), dist.get_world_size()
     strategy = cfg.memory_strategy

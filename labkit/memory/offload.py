@@ -169,7 +169,7 @@ def measure_offload(cfgs, nprocs: int = 2, *, measured_steps: int = 1, timeout_s
     """:func:`probe_offload` of each FSDP2 config on ``nprocs`` fresh ranks (one launch), rank 0's rows beside
     :func:`offload_bytes_per_step`'s prediction for the same shards. Taught in chapter 21."""
     from labkit.launcher.parent import launch
-    from labkit.models import GPT
+    from labkit.model.gpt import GPT
 
     cfgs = list(cfgs)
     if not cfgs or any(getattr(c, "parallel", None) != "fsdp" for c in cfgs):

@@ -1,6 +1,6 @@
 """Activation checkpointing policies, measured against their models: memory kept, peak, FLOPs executed.
 
-For each policy of ``TrainConfig.checkpoint`` (:func:`labkit.model_config.checkpoint_policy`: "none",
+For each policy of ``TrainConfig.checkpoint`` (:func:`labkit.model.config.checkpoint_policy`: "none",
 "attention", "every:k", "full") the trainer's own model is built (:func:`labkit.train.build_model`, the policy
 applied by :func:`labkit.train.parallel.parallelize`) and one micro-batch is run:
 
@@ -102,7 +102,7 @@ def policy_costs(shape, micro_batch: int, *, policies=None, attention: str = "sd
                  budget_bytes: float | None = None, tp: int = 1, sequence_parallel: bool = False) -> pd.DataFrame:
     """What each policy keeps and what it re-executes, from the models alone — the calculator of chapter 21.
 
-    ``shape``: a :class:`labkit.models.GPTConfig` (or anything with n_layers, d_model, n_heads, seq_len and a
+    ``shape``: a :class:`labkit.model.gpt.GPTConfig` (or anything with n_layers, d_model, n_heads, seq_len and a
     ``shape()``/ModelShape for the FLOPs). ``policies`` defaults to none, attention, every k for k = 8, 4, 2
     (those ≤ the layers) and full. Columns: policy, activation bytes (whole model, one micro-batch,
     :func:`labkit.memory.estimate.activation_bytes` with ``attention``), extra FLOPs as a share of the model
@@ -111,7 +111,7 @@ def policy_costs(shape, micro_batch: int, *, policies=None, attention: str = "sd
     """
     from labkit import flops
     from labkit.memory.estimate import activation_bytes
-    from labkit.model_config import checkpoint_policy, recompute_mode
+    from labkit.model.config import checkpoint_policy, recompute_mode
 
     mshape = shape.shape() if hasattr(shape, "shape") and callable(shape.shape) else shape
     L = checks.count("shape.n_layers", shape.n_layers)

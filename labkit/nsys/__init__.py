@@ -17,7 +17,7 @@ runtime calls. The face of the Nsight family; each file is one concept:
   schema for the CPU path of the course, and :func:`build_dataset` (``datasets/nsys/``).
 
 Chapter 7's model of asynchronous streams (``ToyStream``, ``async_timing_demo``) moved to
-:mod:`labkit.streams`; ``labkit.nsys.ToyStream`` and ``labkit.nsys.async_timing_demo`` keep working,
+:mod:`labkit.measure.streams`; ``labkit.nsys.ToyStream`` and ``labkit.nsys.async_timing_demo`` keep working,
 with a DeprecationWarning, until labkit 0.3.
 
 Taught in chapter 10 (``chapters/part2_diagnosis/ch10_nsight_nvtx.ipynb``). Commands::
@@ -49,9 +49,9 @@ def __getattr__(name: str):
     if name in _MOVED_TO_STREAMS:
         import warnings
 
-        import labkit.streams
+        import labkit.measure.streams
 
-        warnings.warn(f"labkit.nsys.{name} moved to labkit.streams.{name}; the old name is removed in "
+        warnings.warn(f"labkit.nsys.{name} moved to labkit.measure.streams.{name}; the old name is removed in "
                       "labkit 0.3", DeprecationWarning, stacklevel=2)
-        return getattr(labkit.streams, name)
+        return getattr(labkit.measure.streams, name)
     raise AttributeError(f"module 'labkit.nsys' has no attribute {name!r}")

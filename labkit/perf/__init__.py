@@ -37,3 +37,13 @@ __all__ = ["step_time", "StepParts", "decompose", "compute_time", "tokens_per_s_
            "concurrency_slowdown", "unit_overhead_s", "wrapper_overhead_s",
            "Layout", "Cluster", "CLUSTERS", "cluster", "Prediction", "predict", "resolve_model", "Plan", "plan",
            "Calibration", "calibrate_achievable"]
+
+
+def __getattr__(name: str):
+    """This package's files on first use (``labkit.perf.<file>``), so the face stays cheap."""
+    import importlib
+    import pkgutil
+
+    if name in {m.name for m in pkgutil.iter_modules(__path__)}:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

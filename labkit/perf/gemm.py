@@ -133,7 +133,7 @@ def _model_shape():
 
 def _rerun_share(recompute, n_layers: int) -> float:
     """The share of the layers whose forward runs again (0 for "none"/"selective": the attention core only)."""
-    from labkit.recompute_policy import recompute_share
+    from labkit.model.recompute_policy import recompute_share
 
     name, share = recompute_share(recompute, n_layers)
     return 0.0 if name in ("none", "selective") else float(share)

@@ -177,7 +177,7 @@ class Prediction:
 
 def resolve_model(model, seq_len: int | None = None):
     """A :class:`labkit.flops.ModelShape` from a ModelShape, a :func:`labkit.flops.preset` name or a
-    ``transformers`` config (object, dict or config.json path, via :func:`labkit.shapes.from_hf_config`),
+    ``transformers`` config (object, dict or config.json path, via :func:`labkit.model.shapes.from_hf_config`),
     with ``seq_len`` when given. Taught in chapter 24 (choosing a parallel layout)."""
     if seq_len is not None:
         seq_len = checks.count("seq_len", seq_len)
@@ -187,7 +187,7 @@ def resolve_model(model, seq_len: int | None = None):
         shape = flops.preset(model)
     elif isinstance(model, dict) or hasattr(model, "to_dict") or (isinstance(model, str) and
                                                                    model.endswith(".json")):
-        from labkit.shapes import from_hf_config
+        from labkit.model.shapes import from_hf_config
 
         shape = from_hf_config(model, seq_len=seq_len)
     else:

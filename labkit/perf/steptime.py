@@ -111,9 +111,9 @@ def tokens_per_s_at(*, mfu: float, peak_flops: float, n_devices: int, flops_per_
     """Global tokens/s a run reaches at a given MFU (the MFU definition solved for tokens/s).
 
     tokens/s = MFU × peak × devices / FLOPs-per-token — PaLM (Chowdhery et al. 2022, App. B).
-    Taught in chapter 1; chapter 4 defines MFU itself (``labkit.mfu``).
+    Taught in chapter 1; chapter 4 defines MFU itself (``labkit.flops.mfu``).
     """
-    from labkit.mfu import tokens_per_s_for_mfu
+    from labkit.flops.mfu import tokens_per_s_for_mfu
 
     m = checks.number("mfu", mfu)
     if not 0 < m <= 1:
@@ -137,7 +137,7 @@ def data_parallel_comm_s(cfg, params, n_units: int, nranks: int, alpha_beta, *,
     reduce-scatter as an all-reduce of its full input — gloo has no native reduce-scatter and runs it
     that way (PLATFORM_NOTES), so use True for CPU ranks. ``op_links``: {"all_gather": α–β,
     "reduce_scatter": α–β} fitted to sweeps of those collectives themselves
-    (:func:`labkit.perf_validate.fit.fit_gloo_links`): FSDP's all-gathers and reduce-scatters are then priced
+    (:func:`labkit.perf.validate.fit.fit_gloo_links`): FSDP's all-gathers and reduce-scatters are then priced
     with their own fit (each as its ring formula; the reduce-scatter fit already holds how the backend runs
     it, so ``reduce_scatter_as_all_reduce`` no longer applies to it); ops missing from it use ``alpha_beta``.
     Taught in chapter 19 and chapter 20.

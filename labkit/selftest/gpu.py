@@ -3,7 +3,7 @@
 =====================  ================================================================  =========
 check                  what runs, and what passes                                        chapters
 =====================  ================================================================  =========
-meter_cuda_events      a :class:`~labkit.meter.Meter` on CUDA events around queued bf16   7
+meter_cuda_events      a :class:`~labkit.measure.meter.Meter` on CUDA events around queued bf16   7
                        matmuls vs a synchronised wall clock: events/wall in [0.85, 1.02]
                        and the host's launch time a small share of the step
 nccl_collectives       2+ NCCL ranks (:func:`labkit.launch`): an all-reduce gives the      11, 5
@@ -52,7 +52,7 @@ def _band(name: str, value: float, band, figures: dict, what: str) -> None:
 # ------------------------------------------------------------------------------------------ meter
 def meter_cuda_events(backend, plan, budget_s) -> dict:
     """A Meter on CUDA events vs a synchronised host clock around the same steps. Chapter 7 (timing)."""
-    from labkit.meter import CudaEventClock, Meter
+    from labkit.measure.meter import CudaEventClock, Meter
 
     work, flops = backend.matmul_workload(plan["meter_n"], plan["meter_matmuls"])
     meter = Meter(clock=CudaEventClock(event_cls=backend.event_cls()), device=backend.kind, warmup_steps=0,
@@ -178,7 +178,7 @@ def predicted_peak_bytes(model: str, micro_batch: int, dtype: str) -> dict:
     layer included). Chapter 13 (memory anatomy)."""
     from labkit.flops import n_params
     from labkit.memory.estimate import activation_bytes, model_state_bytes
-    from labkit.model_config import gpt_config
+    from labkit.model.config import gpt_config
 
     mcfg = gpt_config(model)
     states = model_state_bytes(int(n_params(mcfg.shape())), strategy="ddp",

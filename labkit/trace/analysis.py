@@ -144,13 +144,13 @@ class TraceAnalysis:
 
         A foreign trace has no FLOP count: give ``tokens_per_step`` (global, unpadded) and the record
         also gets the trace's ``step_time`` (:meth:`step_times`) and ``tokens_per_s``; add
-        ``flops_per_token`` (model FLOPs, e.g. :func:`labkit.shapes.from_hf_config` then
+        ``flops_per_token`` (model FLOPs, e.g. :func:`labkit.model.shapes.from_hf_config` then
         :func:`labkit.flops.model_flops_per_token`) and ``peak_flops`` (per device) and it gets ``mfu``
-        (:func:`labkit.mfu.mfu`; ``n_devices`` defaults to the ranks in the trace).
+        (:func:`labkit.flops.mfu.mfu`; ``n_devices`` defaults to the ranks in the trace).
 
         Taught in chapter 14 (the baseline record).
         """
-        from labkit import mfu as M
+        from labkit.flops import mfu as M
         from labkit.record import RunRecord, Stat
 
         if not isinstance(record, RunRecord):

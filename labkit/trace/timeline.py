@@ -10,7 +10,7 @@ and the run (``gloo:all_reduce`` on gloo's thread on CPU, an ``nccl…AllReduce`
 lane is the host's autograd work (``autograd::engine::evaluate_function: …`` on the main thread): on a
 CPU rank that *is* the compute; on a GPU it is when the host issued backward's kernels, which run a
 little later on their stream (chapter 9's breakdown reads the kernels themselves).
-``labkit.viz.ddp_timeline`` draws it. Taught in chapter 9 (trace analytics, §2).
+``labkit.teaching.viz.ddp_timeline`` draws it. Taught in chapter 9 (trace analytics, §2).
 """
 from __future__ import annotations
 

@@ -30,3 +30,13 @@ from labkit.train.report import peak_memory
 __all__ = ["TrainConfig", "train", "run", "run_many", "build_model", "forward_backward", "parallelize",
            "sync_context", "world", "peak_memory", "PARALLEL", "DTYPES", "INJECTIONS", "SHARDING",
            "BACKWARD_PREFETCH", "PP_SCHEDULES", "mesh_shape", "layout"]
+
+
+def __getattr__(name: str):
+    """This package's files on first use (``labkit.train.<file>``), so the face stays cheap."""
+    import importlib
+    import pkgutil
+
+    if name in {m.name for m in pkgutil.iter_modules(__path__)}:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

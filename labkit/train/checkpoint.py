@@ -107,7 +107,7 @@ def load_snapshot(path, cfg) -> dict:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    from labkit.models import GPT
+    from labkit.model.gpt import GPT
     from labkit.train.optim import build_optimizer
 
     if not complete(path):

@@ -22,7 +22,7 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
   dp = ranks / (tp·pp) ("single" when dp = 1);
 - **context parallelism** (chapter 26; :mod:`labkit.train.context_parallel`): ``cp`` ranks share each
   sequence, attention by a ring over them (``cp_balanced``: causal load balancing); dp = ranks / (tp·pp·cp);
-- **mixture of experts** (chapter 26; :mod:`labkit.moe`, :mod:`labkit.train.expert_parallel`): ``moe_experts``
+- **mixture of experts** (chapter 26; :mod:`labkit.model.moe`, :mod:`labkit.train.expert_parallel`): ``moe_experts``
   top-k (``moe_top_k``) routed MLPs per block, ``moe_aux_loss`` the weight of Switch's balance loss, ``ep``
   expert-parallel ranks sharing the dp ranks (parallel="ddp", tp = pp = 1);
 - **fusion and launch overhead** (chapter 17): ``optimizer_impl`` = ``"auto"`` (torch's choice),
@@ -33,7 +33,7 @@ the memory measurements and the injected bottlenecks of ``labkit diagnose --inje
 - **precision** (chapter 18): ``dtype`` = ``"fp32"``, ``"bf16"`` or ``"fp16"`` autocast; ``loss_scale``
   (``"auto"`` = dynamic under fp16, ``"dynamic"`` = ``torch.amp.GradScaler`` from ``scale_init`` growing
   after ``scale_growth_interval`` clean steps, a number = a static scale, ``"off"``); ``grad_stats`` (per-layer
-  gradient statistics each step, :func:`labkit.precision.grad_stats`). fp16 runs at ≈ 1 GFLOP/s on CPUs
+  gradient statistics each step, :func:`labkit.train.precision.grad_stats`). fp16 runs at ≈ 1 GFLOP/s on CPUs
   without native fp16 matmuls: allowed for the numerics, never for speed;
 - **accumulation under data parallelism** (chapter 15): ``no_sync`` (default True) synchronises gradients
   on the last of the ``accum`` micro-batches only — DDP and FSDP1 ``no_sync()``, FSDP2
@@ -71,8 +71,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from labkit import checks
-from labkit.train import config_checks
-from labkit.train.config_checks import DATASETS, LR_RULES, OPTIMIZER_IMPLS, PP_SCHEDULES  # noqa: F401
+from labkit.train import option_checks as config_checks
+from labkit.train.option_checks import DATASETS, LR_RULES, OPTIMIZER_IMPLS, PP_SCHEDULES  # noqa: F401
 
 PARALLEL = ("single", "ddp", "fsdp", "fsdp1")
 DTYPES = ("fp32", "bf16", "fp16")
@@ -103,7 +103,7 @@ class TrainConfig:
     loss_scale: str | float = "auto"    # "auto" (dynamic under fp16, off otherwise) | "dynamic" | "off" | S
     scale_init: float = 65536.0         # dynamic: the first scale (2**16, GradScaler's and the source's)
     scale_growth_interval: int = 2000   # dynamic: clean steps in a row before the scale doubles
-    grad_stats: bool = False            # per-layer gradient statistics every step (labkit.precision)
+    grad_stats: bool = False            # per-layer gradient statistics every step (labkit.train.precision)
     parallel: str = "single"            # "single" | "ddp" | "fsdp" (FSDP2) | "fsdp1"
     bucket_cap_mb: float | None = 25.0  # DDP: MiB per bucket (every bucket); None = torch's default: 25, first 1
     gradient_as_bucket_view: bool = False  # DDP: .grad are views into the buckets (no second gradient copy)
@@ -127,7 +127,7 @@ class TrainConfig:
     # -- fusion and launch overhead (chapter 17) --
     optimizer_impl: str = "auto"        # AdamW: "auto" (torch's choice) | "for-loop" | "foreach" | "fused"
     cuda_graphs: bool = False           # forward + backward captured as CUDA graphs and replayed (CUDA only)
-    attention: str = "sdpa"             # labkit.attention: sdpa, naive, or a forced backend (flash, math, ...)
+    attention: str = "sdpa"             # labkit.kernels.attention: sdpa, naive, or a forced backend (flash, math, ...)
     lr: float = 3e-4
     seed: int = 0
     num_workers: int = 0
@@ -162,9 +162,9 @@ class TrainConfig:
     sequence_parallel: bool = False     # with tp > 1: activations between TP regions split along the sequence
     vocab_parallel: bool = True         # with tp > 1: the tied embedding/head and the loss split over the vocabulary
     # context parallelism (chapter 26, labkit.train.context_parallel): each sequence split over cp ranks
-    cp: int = 1                         # ranks sharing one sequence; attention by a ring (labkit.ring_attention)
+    cp: int = 1                         # ranks sharing one sequence; attention by a ring (labkit.train.ring_attention)
     cp_balanced: bool = True            # rank r holds chunks r and 2cp−1−r (causal load balancing)
-    # mixture of experts and expert parallelism (chapter 26; labkit.moe, labkit.train.expert_parallel)
+    # mixture of experts and expert parallelism (chapter 26; labkit.model.moe, labkit.train.expert_parallel)
     moe_experts: int = 0                # 0 = dense MLPs; ≥ 2 = every block's MLP a top-k mixture of that many
     moe_top_k: int = 2                  # experts per token
     moe_aux_loss: float = 0.0           # weight of the Switch load-balancing loss (0 = off)
@@ -198,7 +198,7 @@ class TrainConfig:
                                         # False: it blocks backward before each bucket's all-reduce
 
     def __post_init__(self):
-        from labkit.model_config import ATTENTIONS, SIZES
+        from labkit.model.config import ATTENTIONS, SIZES
 
         def bad(name, valid):
             raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} is not valid; {valid}")
@@ -355,8 +355,8 @@ class TrainConfig:
             bad("prefetch", "explicit prefetch moves between blocks: it needs fsdp_wrap='block'")
 
     def _check_checkpoint(self, bad) -> None:
-        """Chapter 21's policy: a clear error for a value no policy names (labkit.model_config)."""
-        from labkit.model_config import SIZES, checkpoint_policy
+        """Chapter 21's policy: a clear error for a value no policy names (labkit.model.config)."""
+        from labkit.model.config import SIZES, checkpoint_policy
 
         if not isinstance(self.checkpoint, (bool, str)):
             raise ValueError(f"TrainConfig.checkpoint must be True or False, or a policy name ('none', 'full', "
@@ -372,21 +372,21 @@ class TrainConfig:
     @property
     def checkpoint_policy(self) -> str:
         """The canonical checkpointing policy: "none", "full", "every:k" or "attention" (chapter 21)."""
-        from labkit.model_config import checkpoint_policy
+        from labkit.model.config import checkpoint_policy
 
         return checkpoint_policy(self.checkpoint)
 
     @property
     def recompute(self) -> str:
         """What this run recomputes, as flops/memory models name it: "none", "full", "every:k" or "selective"."""
-        from labkit.model_config import recompute_mode
+        from labkit.model.config import recompute_mode
 
         return recompute_mode(self.checkpoint)
 
     @property
     def model_config(self):
-        """The GPT's :class:`~labkit.model_config.GPTConfig` (checkpointing is applied by the trainer)."""
-        from labkit.model_config import gpt_config
+        """The GPT's :class:`~labkit.model.config.GPTConfig` (checkpointing is applied by the trainer)."""
+        from labkit.model.config import gpt_config
 
         moe = (dict(n_experts=self.moe_experts, top_k=self.moe_top_k, aux_loss_coef=self.moe_aux_loss)
                if self.moe_experts else {})

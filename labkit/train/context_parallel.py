@@ -2,10 +2,10 @@
 
 With ``TrainConfig(cp=N)`` the ranks form the device mesh ``(pp, dp, cp, tp)`` of
 :mod:`labkit.train.parallel`: the ``cp`` ranks of one data-parallel index read the same
-micro-batches, and each keeps only its 2 of the 2·cp chunks of every sequence (:func:`labkit.ring_attention.
+micro-batches, and each keeps only its 2 of the 2·cp chunks of every sequence (:func:`labkit.train.ring_attention.
 positions`: chunks r and 2cp−1−r with ``cp_balanced``, the default; chunks 2r, 2r+1 without). Everything in
 a block but attention is per token, so it runs on the local tokens unchanged; the token and position
-embeddings take the tokens' global positions; attention is :func:`labkit.ring_attention.ring_attention`
+embeddings take the tokens' global positions; attention is :func:`labkit.train.ring_attention.ring_attention`
 over the ``cp`` dimension's process group, so each query still sees every earlier key of its sequence.
 
 Each rank's loss is the mean over its own tokens; every rank holds the same number, so the mean over the
@@ -44,14 +44,14 @@ class ContextParallel:
 
     def shard(self, idx, targets=None):
         """(idx, targets, positions) of this rank's tokens of the (batch, seq_len) ``idx``."""
-        from labkit.ring_attention import positions
+        from labkit.train.ring_attention import positions
 
         self.pos = positions(idx.shape[1], self.cp, self.rank, self.balanced).to(idx.device)
         return idx[:, self.pos], (None if targets is None else targets[:, self.pos]), self.pos
 
     def attend(self, q, k, v):
         """Causal ring attention of this rank's q, k, v (batch, heads here, T/cp, head_dim) over the cp group."""
-        from labkit.ring_attention import positions, ring_attention
+        from labkit.train.ring_attention import positions, ring_attention
 
         if self.pos is None or self.pos.numel() != q.shape[2]:   # a later pipeline stage never ran shard()
             self.pos = positions(q.shape[2] * self.cp, self.cp, self.rank, self.balanced).to(q.device)
@@ -69,7 +69,7 @@ def cp_group(shape: dict, device):
 
 
 def apply_context_parallel(model, group, *, balanced: bool = True) -> ContextParallel:
-    """Hook ring attention over ``group`` into ``model`` (a :class:`labkit.models.GPT`, unwrapped), in place;
+    """Hook ring attention over ``group`` into ``model`` (a :class:`labkit.model.gpt.GPT`, unwrapped), in place;
     returns the plan (its ``log`` can be set to a list to record the ring steps). Taught in chapter 26."""
     import torch.distributed as dist
 

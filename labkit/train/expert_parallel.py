@@ -11,20 +11,20 @@ model, so the experts are those of the single-process model).
 
 **Gradients.** Non-expert parameters: DDP over all dp ranks as usual (the experts are hidden from DDP with
 torch's ``_set_params_and_buffers_to_ignore_for_model``). Expert parameters: backward through the two
-all-to-alls (:class:`labkit.moe.AllToAll`) already sums onto each expert the gradients of the tokens its ep
+all-to-alls (:class:`labkit.model.moe.AllToAll`) already sums onto each expert the gradients of the tokens its ep
 group sent it; :func:`reduce_expert_grads` then sums over the edp group (the replicas of the same experts)
 and divides by dp — the mean over data-parallel ranks that DDP applies to every other gradient — once per
 optimizer step, after the last micro-batch.
 
 **Record.** Every step's tokens per expert (per layer, summed over micro-batches and, once at the end of the
-run, over all ranks) and its load imbalance max/mean (:func:`labkit.moe_stats.load_imbalance`) go to
+run, over all ranks) and its load imbalance max/mean (:func:`labkit.model.expert_load.load_imbalance`) go to
 ``record.extra["moe"]`` (:func:`moe_record`), with the token copies this rank sent to other ranks.
 
 Taught in chapter 26 (long sequences and MoE).
 """
 from __future__ import annotations
 
-from labkit.moe_stats import load_imbalance
+from labkit.model.expert_load import load_imbalance
 
 
 def ep_mesh(cfg, n: int, device_type: str = "cpu"):
@@ -44,7 +44,7 @@ def shard_experts(model, ep_group) -> list[int]:
     import torch.distributed as dist
     import torch.nn as nn
 
-    from labkit.moe import moe_layers
+    from labkit.model.moe import moe_layers
 
     ep, me = dist.get_world_size(ep_group), dist.get_rank(ep_group)
     kept = []
@@ -98,7 +98,7 @@ def reduce_expert_grads(model) -> None:
 def take_counts(model) -> dict:
     """This rank's routing since the last call — ``counts`` (per MoE layer, tokens copies per global expert)
     and ``sent_rows`` (copies sent to other ranks) — and clear them. Taught in chapter 26."""
-    from labkit.moe import moe_layers
+    from labkit.model.moe import moe_layers
 
     layers = moe_layers(model)
     out = {"counts": [m.counts.tolist() for m in layers], "sent_rows": sum(m.sent_rows for m in layers)}
@@ -148,9 +148,9 @@ def layer_parity(n_experts: int = 4, top_k: int = 2, tokens: int = 32, d_model: 
     import torch
     import torch.distributed as dist
 
-    from labkit.model_config import GPTConfig
-    from labkit.models import MLP
-    from labkit.moe import MoE
+    from labkit.model.config import GPTConfig
+    from labkit.model.gpt import MLP
+    from labkit.model.moe import MoE
 
     n, rank = dist.get_world_size(), dist.get_rank()
     cfg = GPTConfig(n_layers=1, d_model=d_model, n_heads=1, vocab_size=8, seq_len=tokens, n_experts=n_experts,

@@ -58,7 +58,7 @@ def activation_bytes_per_sample(cfg, device, policy: str = "none") -> int:
     import torch
 
     from labkit.memory.tensors import measure_activation_bytes
-    from labkit.models import GPT
+    from labkit.model.gpt import GPT
 
     mcfg = cfg.model_config
     net = GPT(mcfg).to(device)

@@ -2,7 +2,7 @@
 :class:`~labkit.record.RunRecord` out — the only training loop in labkit.
 
 The same code runs a tiny GPT on CPU gloo ranks and a 1B GPT on GPUs with NCCL. Per optimizer step
-(chapter 14's baseline, instrumented with :class:`labkit.meter.Meter` phases ``data`` / ``forward`` /
+(chapter 14's baseline, instrumented with :class:`labkit.measure.meter.Meter` phases ``data`` / ``forward`` /
 ``backward`` / ``comm`` / ``optimizer``)::
 
     for each of `accum` micro-batches:           # gradient accumulation (chapter 15)
@@ -40,7 +40,7 @@ at the end (one all-reduce; no sync per step).
 
 With fp16, a loss scale or ``grad_stats``, every step is logged before its optimizer step (its scale,
 whether a gradient was inf/NaN, per-layer gradient statistics) and after it (applied or skipped, the next
-scale): ``record.extra["loss_scale_log"]`` and ``["grad_stats"]`` (:mod:`labkit.precision`, chapter 18).
+scale): ``record.extra["loss_scale_log"]`` and ``["grad_stats"]`` (:mod:`labkit.train.precision`, chapter 18).
 
 Taught in chapter 4 (MFU of a real run), chapter 14 (the baseline record), chapter 15 (micro-batch,
 accumulation, recomputation) and chapter 18 (mixed precision).
@@ -80,7 +80,7 @@ def build_model(cfg: TrainConfig, device):
     :func:`~labkit.train.parallel.parallelize`. Taught in chapter 19 (DDP) and chapter 20 (FSDP)."""
     import torch
 
-    from labkit.models import GPT
+    from labkit.model.gpt import GPT
 
     torch.manual_seed(cfg.seed)
     return parallelize(GPT(cfg.model_config).to(device), cfg, device)
@@ -105,7 +105,7 @@ def _scaler(cfg: TrainConfig, device):
         return torch.amp.GradScaler(device.type, init_scale=cfg.scale_init,
                                     growth_interval=cfg.scale_growth_interval)
     if cfg.scaling == "static":
-        from labkit.precision import StaticScaler
+        from labkit.train.precision import StaticScaler
 
         return StaticScaler(cfg.loss_scale)
     return None
@@ -395,7 +395,7 @@ def _checkpointer(cfg: TrainConfig, model, opt, rank: int, n: int, batches):
 def _monitor(model, opt, scaler, scale_log, grad_log, cfg) -> None:
     """Before the optimizer step (chapter 18): the step's scale and overflow, and per-layer gradient
     statistics of the gradients as backward left them (× the scale) when ``cfg.grad_stats``."""
-    from labkit import precision
+    from labkit.train import precision
 
     scale = float(scaler.get_scale()) if scaler is not None else 1.0
     scale_log.append({"step": len(scale_log), "scale": scale, "overflow": precision.nonfinite_grads(model),
@@ -406,7 +406,7 @@ def _monitor(model, opt, scaler, scale_log, grad_log, cfg) -> None:
 
 def _log_scale(scale_log, scaler, opt) -> None:
     """After the optimizer step: whether it was applied (Adam's step counter moved) and the next scale."""
-    from labkit import precision
+    from labkit.train import precision
 
     row = scale_log[-1]
     row["applied"] = precision.optimizer_steps(opt) > row.pop("steps_before")

@@ -1,6 +1,6 @@
 """The one place that applies parallelism to a single-device model.
 
-:mod:`labkit.models` knows nothing about ranks; :func:`parallelize` wraps a model the way a learner
+:mod:`labkit.model.gpt` knows nothing about ranks; :func:`parallelize` wraps a model the way a learner
 would wrap their own (torchtitan's seam: build the model, then apply AC, sharding or replication, then
 compile). Order matters and follows the PyTorch docs:
 
@@ -109,7 +109,7 @@ def layout(cfg, n: int, rank: int) -> dict:
                    stage_blocks=[list(s) for s in spans], stages_here=here,
                    bubble_predicted=pipeline.bubble_fraction(cfg.pp, cfg.accum, cfg.virtual_stages))
     if getattr(cfg, "cp", 1) > 1:                        # chapter 26: which chunks of each sequence are here
-        from labkit.ring_attention import chunk_ids
+        from labkit.train.ring_attention import chunk_ids
 
         out.update(cp_balanced=cfg.cp_balanced, cp_chunks=list(chunk_ids(out["coords"]["cp"], cfg.cp, cfg.cp_balanced)))
     return out
@@ -175,11 +175,11 @@ def grad_mesh(mesh, shape: dict):
 
 
 def _checkpoint_blocks(model, policy="full") -> None:
-    """Apply an activation-checkpointing policy (:func:`labkit.model_config.checkpoint_policy`): wrap the
+    """Apply an activation-checkpointing policy (:func:`labkit.model.config.checkpoint_policy`): wrap the
     blocks it checkpoints whole, or mark every attention core for recomputation ("attention"). Chapter 21."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    from labkit.model_config import checkpoint_policy, checkpointed_blocks
+    from labkit.model.config import checkpoint_policy, checkpointed_blocks
 
     n = len(model.blocks)
     if checkpoint_policy(policy, n) == "attention":
@@ -246,7 +246,7 @@ def _fsdp1(model, cfg, device):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-    from labkit.models import Block
+    from labkit.model.gpt import Block
 
     mp = (MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.bfloat16)
           if cfg.mp_policy == "bf16" else None)

@@ -1,8 +1,8 @@
 """Pipeline parallelism of the reference GPT: stages cut from its blocks, run by a torch schedule.
 
 The GPT's ``n_layers`` blocks are cut into ``pp · virtual_stages`` consecutive chunks (:func:`split_layers`);
-the first chunk also runs the embeddings (:meth:`labkit.models.GPT.embed`), the last the final LayerNorm and
-the head (:meth:`labkit.models.GPT.logits`). Rank r of the ``pp`` mesh dimension holds stage r (GPipe,
+the first chunk also runs the embeddings (:meth:`labkit.model.gpt.GPT.embed`), the last the final LayerNorm and
+the head (:meth:`labkit.model.gpt.GPT.logits`). Rank r of the ``pp`` mesh dimension holds stage r (GPipe,
 1F1B) or stages r, r+pp, r+2·pp, … (interleaved 1F1B, "looped" placement: Narayanan et al. 2021, §2.2).
 Each stage is a :class:`torch.distributed.pipelining.PipelineStage`; activations go forward and their
 gradients back by send/recv on the ``pp`` process group
@@ -61,7 +61,7 @@ def bubble_fraction(pp: int, micro_batches: int, virtual_stages: int = 1) -> flo
 
 
 class Stage(nn.Module):
-    """One stage of a :class:`labkit.models.GPT`: its blocks ``[lo, hi)``, plus the embeddings on the first
+    """One stage of a :class:`labkit.model.gpt.GPT`: its blocks ``[lo, hi)``, plus the embeddings on the first
     stage and the final norm and head on the last (the modules are the GPT's own, not copies).
     Taught in chapter 24."""
 
@@ -76,7 +76,7 @@ class Stage(nn.Module):
             self.ln_f, self.head = gpt.ln_f, gpt.head
 
     def forward(self, x):
-        from labkit.models import GPT
+        from labkit.model.gpt import GPT
 
         if self.first:
             pos = None

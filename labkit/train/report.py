@@ -1,6 +1,6 @@
 """The run record of a training run, built in one place.
 
-:func:`meter_for` sets up the :class:`~labkit.meter.Meter` with the run's accounting — global tokens per
+:func:`meter_for` sets up the :class:`~labkit.measure.meter.Meter` with the run's accounting — global tokens per
 step, model and hardware FLOPs per token (PaLM App. B; recomputation adds a forward to HFU), the
 per-device peak of the compute dtype (:func:`labkit.hardware.resolve_peak`) and the device count.
 :func:`build` turns the meter's timings and the run's facts into one :class:`~labkit.record.RunRecord`;
@@ -21,7 +21,7 @@ import sys
 def meter_for(cfg, n_devices: int, device):
     """A Meter that divides by the right numbers for ``cfg`` on ``n_devices``. Taught in chapter 4."""
     from labkit import flops, hardware
-    from labkit.meter import Meter
+    from labkit.measure.meter import Meter
 
     mcfg = cfg.model_config
     shape = mcfg.shape()

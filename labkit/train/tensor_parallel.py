@@ -37,7 +37,7 @@ The fused qkv weight is stored ``[q | k | v]`` (3·d rows); a plain column split
 and half of k. :func:`interleave_qkv` first reorders its rows to ``[q₀ k₀ v₀ | q₁ k₁ v₁ | …]`` (rank r's
 heads of q, k and v together — Megatron's own layout of its fused QKV weight), so each rank's contiguous
 shard is its heads; the single-device model then reads its local heads from the width
-(:class:`labkit.models.CausalSelfAttention`). A row permutation changes no product, so the loss is that of
+(:class:`labkit.model.gpt.CausalSelfAttention`). A row permutation changes no product, so the loss is that of
 the unsharded model; the stored weights are in the interleaved order.
 
 **Sequence parallelism** (``sequence_parallel=True``; Korthikanti et al. 2022, §4.2.2): between the
@@ -122,7 +122,7 @@ def head_plan(sequence_parallel: bool, vocab_parallel: bool) -> dict:
 
 
 def apply_tensor_parallel(model, tp_mesh, *, sequence_parallel: bool = False, vocab_parallel: bool = True):
-    """Split every block of ``model`` (a :class:`labkit.models.GPT`, unwrapped) over ``tp_mesh``, in place:
+    """Split every block of ``model`` (a :class:`labkit.model.gpt.GPT`, unwrapped) over ``tp_mesh``, in place:
     qkv rows interleaved, then the block plan (see the module docstring); with ``sequence_parallel`` the
     residual stream enters the first block split along the sequence and is gathered again before the
     head; with ``vocab_parallel`` the tied embedding and head split over the vocabulary (:func:`head_plan`)

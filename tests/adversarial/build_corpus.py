@@ -27,7 +27,7 @@ def _cell(source: str, cid: str):
 
 def base(answered=("q1",)):
     """The learner notebook with the answer cells of ``answered`` taken from the instructor source."""
-    from labkit.grading import learner_notebook, load_lab
+    from labkit.teaching.grading import learner_notebook, load_lab
 
     lab = load_lab(LAB)
     inst = {c.get("metadata", {}).get("labkit", {}).get("id"): c for c in lab.notebook().cells}
@@ -159,7 +159,7 @@ def _forged(lab_id: str, qid: str, old: str, new: str):
     ``old`` replaced by ``new`` in question ``qid``'s cell."""
     import nbformat as nbf
 
-    from labkit.grading import load_lab
+    from labkit.teaching.grading import load_lab
 
     nb = copy.deepcopy(load_lab(lab_id).notebook())
     nb.metadata.pop("papermill", None)
@@ -322,7 +322,7 @@ def _lab12_oracle_two_runs():
         'analysis = trace.analyze(OUT / "mystery")\n'
         'diagnosis = diagnose(record, analysis)\n'
         'answer_q1 = {"family": mystery.family, "diagnose_primary": diagnosis.primary,\n'
-        '             "justification": f"workload {SEED} hides {mystery.name} (read from labkit.capstone)"}'))
+        '             "justification": f"workload {SEED} hides {mystery.name} (read from labkit.teaching.capstone)"}'))
     c = nb.cells[index(nb, "q2")]
     c.source = _answered("lab12_capstone", "q2", 'fix = FIXES[mystery.family]\n'
                          'fixed_rec = work.run(profile_dir=OUT / "fixed", **fix)\n'
