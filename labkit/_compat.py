@@ -71,6 +71,10 @@ MOVED = {
     'train.config_checks': 'train.option_checks',
 }
 REMOVED_IN = "labkit 0.4"
+# names that moved between files: module (under labkit.) -> {name: its new module}
+MOVED_NAMES = {
+    "trace.load": {n: "trace.runs" for n in ("read_rank", "read_ranks", "check_one_run", "MIXED_START_S")},
+}
 
 
 def _new_name(old: str) -> str | None:
@@ -93,6 +97,18 @@ def load_moved(old: str):
     warnings.warn(f"labkit.{old} moved to labkit.{new}; the old name is removed in {REMOVED_IN}",
                   DeprecationWarning, stacklevel=3)
     return importlib.import_module(f"labkit.{new}")
+
+
+def moved_attribute(module: str, name: str):
+    """``labkit.<module>.<name>`` that moved to another file: the object, with a DeprecationWarning naming
+    its new home; an AttributeError for any other name (the module's own ``__getattr__`` calls this)."""
+    short = module.removeprefix("labkit.")
+    new = MOVED_NAMES.get(short, {}).get(name)
+    if new is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn(f"labkit.{short}.{name} moved to labkit.{new}.{name}; the old name is removed in {REMOVED_IN}",
+                  DeprecationWarning, stacklevel=3)
+    return getattr(importlib.import_module(f"labkit.{new}"), name)
 
 
 class _Alias(importlib.abc.Loader):

@@ -30,7 +30,7 @@ from labkit.paths import dataset
 from labkit.telemetry.numa import parse_cpulist, parse_lscpu
 from labkit.telemetry.smi import TelemetryTable, parse_dcgmi_dmon, parse_query_gpu, parse_smi_dmon
 from labkit.trace.load import load as load_trace
-from labkit.trace.load import read_rank
+from labkit.trace.runs import read_rank
 
 MB = 1_000_000
 

@@ -146,7 +146,7 @@ def test_sync_points_cut_gloo_tails(cpu_dir):
     """The last DDP copy of each backward and every Optimizer.step start are sync points; without the
     copies (``gradient_as_bucket_view``) the optimizer step cuts the tail."""
     from labkit.trace.breakdown import RankView, sync_points
-    from labkit.trace.load import read_rank
+    from labkit.trace.runs import read_rank
 
     ev = read_rank(cpu_dir / "rank1.json")
     marks = sync_points(ev, RankView(ev).main_thread)

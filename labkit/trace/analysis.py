@@ -262,7 +262,7 @@ def analyze(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_eve
 
     ``steps``: None for every ``ProfilerStep`` in the trace (the whole window when there is none),
     or an iterable of step numbers (ints >= 0) to keep. ``allow_mixed``: analyse a folder whose files
-    look like different runs (:func:`labkit.trace.load.check_one_run`) instead of refusing it. Raises
+    look like different runs (:func:`labkit.trace.runs.check_one_run`) instead of refusing it. Raises
     ValueError naming the file (and the event and field) for corrupt, truncated or invalid traces
     (non-finite times, wrong field types), for an empty ``path``, for a folder mixing runs, and when
     the selected steps are not in the trace. ``max_mb``/``max_events``: the per-file limits of

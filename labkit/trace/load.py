@@ -397,9 +397,8 @@ def _event_problem(e: dict) -> str | None:
 
 
 def __getattr__(name: str):
-    """The readers of files and folders live in :mod:`labkit.trace.runs`; their old names here still work."""
-    if name in ("read_rank", "read_ranks", "check_one_run", "MIXED_START_S"):
-        import importlib
+    """The readers of files and folders moved to :mod:`labkit.trace.runs`; their old names here still
+    import, with a DeprecationWarning, through :mod:`labkit._compat` (this file never imports runs)."""
+    from labkit import _compat
 
-        return getattr(importlib.import_module("labkit.trace.runs"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _compat.moved_attribute(__name__, name)

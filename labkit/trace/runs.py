@@ -1,6 +1,6 @@
 """Read every rank of a run: a folder of per-rank traces, read in parallel, checked to be one run.
 
-Each rank's file is read and decoded by :func:`labkit.trace.load.read_rank` (the parse dominates the
+Each rank's file is read and decoded by :func:`read_rank` (the parse dominates the
 analysis); with several files they are read in a process pool of up to ``workers`` processes (default:
 the cores this process may use, at most one per file; ``LABKIT_TRACE_WORKERS`` overrides), so a 16-rank
 job costs about 16 ÷ cores files' time. Files are handed to the workers largest first; the result is in
