@@ -74,6 +74,7 @@ REMOVED_IN = "labkit 0.4"
 # names that moved between files: module (under labkit.) -> {name: its new module}
 MOVED_NAMES = {
     "trace.load": {n: "trace.runs" for n in ("read_rank", "read_ranks", "check_one_run", "MIXED_START_S")},
+    "memory.estimate": {n: "memory.buffers" for n in ("ddp_bucket_sizes", "comm_buffer_bytes")},
 }
 
 

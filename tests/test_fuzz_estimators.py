@@ -39,6 +39,7 @@ import labkit.kernels.fusion
 import labkit.kernels.roofline
 import labkit.measure.claims
 import labkit.measure.scaling
+import labkit.memory.buffers
 import labkit.memory.deepspeed
 import labkit.memory.estimate
 import labkit.model.config
@@ -62,7 +63,7 @@ from labkit.model.config import GPTConfig
 from labkit.perf.steptime import StepParts
 
 MODULES = [labkit.flops, labkit.model.shapes, labkit.train.batch, labkit.model.config, labkit.flops.mfu, labkit.perf.cost, labkit.measure.scaling,
-           labkit.kernels.roofline, labkit.perf.steptime, labkit.memory.estimate, labkit.memory.deepspeed, labkit.comm.models,
+           labkit.kernels.roofline, labkit.perf.steptime, labkit.memory.estimate, labkit.memory.buffers, labkit.memory.deepspeed, labkit.comm.models,
            labkit.hardware.catalogue,
            # issue #28: the newer public API (perf planner and predictor, claims, faults, integrations)
            labkit.perf, labkit.measure.claims, labkit.teaching.faults, labkit.integrations,
@@ -171,6 +172,7 @@ SHAPE_KINDS = {"shape": "obj"}
 def _specs() -> list[Spec]:
     f, mc, m, c, sc, r = labkit.flops, labkit.model.config, labkit.flops.mfu, labkit.perf.cost, labkit.measure.scaling, labkit.kernels.roofline
     st, me, cm, hw = labkit.perf.steptime, labkit.memory.estimate, labkit.comm.models, labkit.hardware.catalogue
+    mb = labkit.memory.buffers
     ms_kinds = {k: "count" for k in ("n_layers", "d_model", "n_heads", "vocab_size", "seq_len", "n_experts",
                                      "top_k")}
     ms_kinds |= {k: "optcount" for k in ("d_ff", "n_kv_heads", "head_dim")}
@@ -352,15 +354,15 @@ def _specs() -> list[Spec]:
         Spec("memory.activation_bytes(GPTConfig)", me.activation_bytes,
              dict(shape=labkit.model.config.gpt_config("tiny"), micro_batch=2, seq_len=48),
              dict(micro_batch="count", seq_len="optcount")),
-        Spec("memory.ddp_bucket_sizes", me.ddp_bucket_sizes,
+        Spec("memory.ddp_bucket_sizes", mb.ddp_bucket_sizes,
              dict(params=[(1024, 1024), (1024,), 4096], bucket_cap_mb=1.0, dtype_bytes=4),
              dict(params="numels", bucket_cap_mb="pos", dtype_bytes="count")),
-        Spec("memory.comm_buffer_bytes", me.comm_buffer_bytes,
+        Spec("memory.comm_buffer_bytes", mb.comm_buffer_bytes,
              dict(n_params=10**8, strategy="fsdp_full", n_ranks=4, precision="bf16_mixed", bucket_cap_mb=25.0,
                   unit_params=10**7, prefetch=True, gradient_as_bucket_view=False),
              dict(n_params="numels", strategy="choice", n_ranks="count", precision="choice", bucket_cap_mb="pos",
                   unit_params="count", prefetch="flag", gradient_as_bucket_view="flag")),
-        Spec("memory.comm_buffer_bytes(ddp)", me.comm_buffer_bytes,
+        Spec("memory.comm_buffer_bytes(ddp)", mb.comm_buffer_bytes,
              dict(n_params=10**8, strategy="ddp", bucket_cap_mb=25.0, unit_params=None),
              dict(n_params="numels", bucket_cap_mb="pos", unit_params="optcount")),
         # ---- memory.deepspeed
@@ -792,7 +794,7 @@ def test_measurements_refuse_before_measuring(call, param):
     (lambda: labkit.memory.estimate.activation_bytes(SHAPE, 1, dtype_bytes=0), "dtype_bytes"),
     (lambda: labkit.memory.estimate.model_state_bytes(10**9, strategy="fsdp_hybrid", n_ranks=8, shard_size=-2),
      "shard_size"),
-    (lambda: labkit.memory.estimate.comm_buffer_bytes(10**9, strategy="zero3", unit_params="x"), "unit_params"),
+    (lambda: labkit.memory.buffers.comm_buffer_bytes(10**9, strategy="zero3", unit_params="x"), "unit_params"),
     (lambda: labkit.comm.models.hierarchical_time("broadcast", 1e6, 16, alpha=1e-6, beta=1e-10, ranks_per_node=8,
                                                   alpha_inter=-1.0, beta_inter=1e-10), "alpha_inter"),
     (lambda: labkit.comm.models.hierarchical_time("all_reduce", 1e6, 16, alpha=1e-6, beta=1e-10, ranks_per_node=16,

@@ -1,7 +1,8 @@
 """Memory per rank: model states, activations and communication buffers — predicted and measured.
 
 - ``estimate.py`` — the models: ZeRO/FSDP model states (Rajbhandari et al. 2020), activations with
-  recomputation (Korthikanti et al. 2022), DDP buckets and FSDP unit buffers, :func:`fmt_bytes`;
+  recomputation (Korthikanti et al. 2022), :func:`fmt_bytes`;
+- ``buffers.py`` — communication buffers: DDP's gradient buckets, FSDP's unit buffers;
 - ``tensors.py`` — exact bytes of live tensors (model state, saved activations);
 - ``deepspeed.py`` — DeepSpeed's ZeRO-2/3 estimators (GPU and CPU bytes per offload option), reproduced
   and compared with ``estimate.py``'s accounting;
@@ -18,6 +19,7 @@
 Taught in chapter 13 (memory anatomy), chapter 16 (attention kernels), chapter 20 (FSDP / ZeRO) and chapter 21
 (checkpointing).
 """
+from labkit.memory.buffers import comm_buffer_bytes, ddp_bucket_sizes
 from labkit.memory.deepspeed import (
     DeepSpeedEstimate,
     DeepSpeedRow,
@@ -37,8 +39,6 @@ from labkit.memory.estimate import (
     activation_bytes,
     attention_saved_bytes,
     canonical_strategy,
-    comm_buffer_bytes,
-    ddp_bucket_sizes,
     fmt_bytes,
     model_state_bytes,
 )

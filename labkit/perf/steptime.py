@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from labkit import checks
 from labkit.comm.models import ring_time
-from labkit.memory.estimate import comm_buffer_bytes
+from labkit.memory.buffers import comm_buffer_bytes
 
 __all__ = ["step_time", "StepParts", "decompose", "compute_time", "tokens_per_s_at", "data_parallel_comm_s",
            "concurrency_slowdown", "unit_overhead_s", "wrapper_overhead_s"]

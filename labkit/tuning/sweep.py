@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from labkit.memory.estimate import ATTENTION_STORES, activation_bytes, comm_buffer_bytes, model_state_bytes
+from labkit.memory.buffers import comm_buffer_bytes
+from labkit.memory.estimate import ATTENTION_STORES, activation_bytes, model_state_bytes
 from labkit.perf.steptime import data_parallel_comm_s
 from labkit.tuning.accumulation import (  # noqa: F401
     ab_gemms,

@@ -84,7 +84,7 @@ def wrapped_units(cfg, params=None) -> int:
     if cfg.parallel == "fsdp":
         return 1 if getattr(cfg, "fsdp_wrap", "block") == "model" else cfg.model_config.n_layers + 1
     from labkit.comm.buckets import ddp_buckets
-    from labkit.memory.estimate import comm_buffer_bytes
+    from labkit.memory.buffers import comm_buffer_bytes
 
     model = _meta_model(cfg) if params is None else params
     if hasattr(model, "parameters"):   # torch's rule on the shapes, the 1 MiB first bucket of cap None included
