@@ -1,15 +1,10 @@
 """The layout ARCHITECTURE.md documents holds: no module imports upward across the layers, no import
-cycles, no file over 450 lines, one training loop, and the old module names still import."""
+cycles, no file over 450 lines, one training loop (the old module names: tests/test_moved_paths.py)."""
 from __future__ import annotations
 
 import ast
-import importlib
 import re
-import sys
-import warnings
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "labkit"
@@ -159,15 +154,3 @@ def test_the_loop_finder_sees_a_second_loop(tmp_path):
     f = tmp_path / "mine.py"
     f.write_text("def fit(model, opt, xs):\n    for x in xs:\n        model(x).sum().backward()\n        opt.step()\n")
     assert _is_training_loop(f)
-
-
-@pytest.mark.parametrize("old", sorted(importlib.import_module("labkit._compat").MOVED))
-def test_old_module_names_still_import(old):
-    new = importlib.import_module("labkit._compat").MOVED[old]
-    sys.modules.pop(f"labkit.{old}", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        mod = importlib.import_module(f"labkit.{old}")
-    assert mod is importlib.import_module(f"labkit.{new}")
-    assert mod.__name__ == f"labkit.{new}"          # the new home keeps its own name (pickles agree)
-    assert any(issubclass(w.category, DeprecationWarning) and f"labkit.{new}" in str(w.message) for w in caught)

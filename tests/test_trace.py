@@ -221,20 +221,11 @@ def test_synthetic_spec_validation_and_label():
         SyntheticSpec(world_size=0)
 
 
-def test_old_module_names_and_generator_names_resolve():
-    """``labkit.synthetic`` & co. moved in 0.2 and keep working (the same module objects) until 0.3."""
-    import importlib
-    import warnings
-
+def test_generator_names_resolve():
+    """The generator's old names are the same functions (the moved modules are walked by test_moved_paths)."""
     from labkit.trace import synthetic
 
     assert synthetic.gpu_trace is synthetic.synthesize_trace and synthetic.write_traces is synthetic.synthesize_traces
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        assert importlib.import_module("labkit.synthetic") is synthetic
-        assert importlib.import_module("labkit.trace_intervals") is iv
-        assert importlib.import_module("labkit.trace_load").read_ranks is importlib.import_module(
-            "labkit.trace.load").read_ranks
 
 
 # ---------------------------------------------------------------- CLI
