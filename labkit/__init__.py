@@ -8,7 +8,11 @@ so ``import labkit`` is cheap and never touches a GPU::
     fpt = labkit.flops.model_flops_per_token(labkit.flops.preset("gpt2-124m"))
     print(labkit.flops.mfu.mfu(tokens_per_s=1.2e5, flops_per_token=fpt, n_devices=1, peak_flops=spec.peak("bf16")))
 
-See ``labkit.course`` for the map from functions to the chapters that teach them.
+The packages are named for what the course teaches — ``hardware``, ``flops``, ``model``, ``kernels``,
+``measure``, ``data``, ``train``, ``tuning``, ``comm``, ``memory``, ``trace``, ``nsys``, ``telemetry``,
+``perf``, ``diagnose``, ``teaching`` — over a few foundation files (``units``, ``checks``, ``paths``,
+``record``, ``course``, ``intervals``); ARCHITECTURE.md maps each chapter to its package. See
+``labkit.course`` for the map from functions to the chapters that teach them.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import pkgutil
 from labkit import _compat
 from labkit._version import __version__  # noqa: F401
 
-_compat.install()     # old module names that moved (labkit.trace_load, ...) keep working until 0.3
+_compat.install()     # old module paths that moved (labkit.regress, labkit.trace_load, ...) keep working until 0.4
 
 # every module of the package, imported on first use (`labkit.flops`, `labkit.trace`, ...)
 _SUBMODULES = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}

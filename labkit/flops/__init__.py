@@ -1,5 +1,8 @@
 """FLOP counts of transformer training: the formulas, their conventions, and an exact counter.
 
+The formulas are here; the live counter is ``flops/counter.py``; model and hardware FLOPs utilisation
+(MFU, HFU) is ``flops/mfu.py`` (``labkit.flops.mfu``, chapter 4).
+
 Conventions silently differ between papers and codebases; every function here names its own:
 
 - **"6N"** (Kaplan et al. 2020, §2.1): training FLOPs per token = 6·N, forward 2·N (one multiply-add

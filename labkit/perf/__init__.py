@@ -13,7 +13,11 @@
 - ``planner.py`` — :func:`plan`: every feasible layout ranked by predicted tokens/s, with
   :meth:`Plan.explain`.
 - ``exercise.py`` — lab 10's problem per seed (a published model, a global batch, a cluster; never a layout)
-  and a layout's round trip through recorded evidence (``layout_dict`` / ``layout_from``).
+  and a layout's round trip through recorded evidence (``layout_dict`` / ``layout_from``);
+- ``cost.py`` — what throughput costs: wall-clock, device-hours, energy and money (chapters 1 and 28);
+- ``scheduling.py`` — a shared cluster's job queue, seeded: where GPU-hours go besides training (chapter 27);
+- ``validate/`` — the model checked against live gloo runs of this machine (layer 3: it launches ranks; its
+  own face). ``labkit.perf.cost`` and the others are handed out on first use.
 
 Taught in chapter 5, chapter 1, chapters 19–20, chapter 24 (choosing a layout) and chapters 29–30.
 """

@@ -9,6 +9,10 @@
 - ``accum.py`` — does accumulation give the whole batch's gradient? measured (chapter 15);
 - ``adaptive.py`` — the adaptive-accumulation controller and its safeguards, called between steps (chapter 25);
 - ``optim.py`` — AdamW for-loop / foreach / fused (``optimizer_impl``), ``graphs.py`` — ``cuda_graphs`` (chapter 17);
+- ``precision.py`` — formats, the loss-scaling rule and per-layer gradient statistics (chapter 18);
+  ``batch.py`` — tokens and sequences per step, accumulation steps per rank (chapter 15, torch-free);
+  ``ring_attention.py`` — attention of one sequence split over a context-parallel group (chapter 26);
+  ``option_checks.py`` — the checks of the later chapters' options, called by :class:`TrainConfig`;
 - :func:`run` / :func:`run_many` (``launch.py``) — the loop on N ranks through :func:`labkit.launch`.
 
 Taught in chapter 4, chapter 14, chapter 15, chapter 19, chapter 20, chapter 24 and chapter 25.
