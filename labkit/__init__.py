@@ -22,7 +22,7 @@ import pkgutil
 from labkit import _compat
 from labkit._version import __version__  # noqa: F401
 
-_compat.install()     # old module paths that moved (labkit.regress, labkit.trace_load, ...) keep working until 0.4
+_compat.install()     # old module paths that moved (regress, trace_load, ... under labkit.) work until 0.4
 
 # every module of the package, imported on first use (`labkit.flops`, `labkit.trace`, ...)
 _SUBMODULES = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
