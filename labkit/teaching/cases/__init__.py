@@ -16,9 +16,26 @@ The source document itself is not shipped: its numbers are quoted here, field by
 """
 from __future__ import annotations
 
+import sys
+import types
+
 from labkit.teaching.cases._common import CaseWarning, warnings_markdown
 from labkit.teaching.cases.bert import LINKS, REALISTIC_LINK_SHARE, BertLargeCase, bert_large
 from labkit.teaching.cases.thirteen_b import LLAMA_13B_SHAPE, ThirteenBCase, thirteen_b
 
 __all__ = ["CaseWarning", "BertLargeCase", "ThirteenBCase", "bert_large", "thirteen_b", "warnings_markdown",
            "LINKS", "REALISTIC_LINK_SHARE", "LLAMA_13B_SHAPE"]
+
+
+class _Face(types.ModuleType):
+    """This package's module type: importing its submodule ``thirteen_b`` again under another name (the old path
+    ``labkit.cases.thirteen_b``, which labkit._compat answers) makes Python set the package's attribute to the
+    module; the face keeps the function :func:`thirteen_b` it re-exports."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and callable(self.__dict__.get(name)):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Face
