@@ -138,3 +138,26 @@ def install() -> None:
     install's finder must not hand out the old module under its old name."""
     if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _MovedFinder())
+
+
+def lazy_face(package: str, names: dict, files: tuple, all_names, fallback: str | None = None):
+    """``(__getattr__, __dir__)`` of a package face that hands each name of ``names`` (name → file) out from the
+    file that defines it, imported on first use, each file of ``files`` as a submodule, and — with ``fallback``
+    — every other attribute of that one file (its old module path: ``labkit.data`` was ``data.py``). Importing
+    one file of the package then never imports the others, nor torch. The faces of ARCHITECTURE.md's packages
+    call it."""
+    def __getattr__(name: str):
+        if name in names:
+            return getattr(importlib.import_module(f"{package}.{names[name]}"), name)
+        if name in files:
+            return importlib.import_module(f"{package}.{name}")
+        if fallback and not name.startswith("__"):
+            module = importlib.import_module(f"{package}.{fallback}")
+            if hasattr(module, name):
+                return getattr(module, name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__():
+        return sorted(set(vars(sys.modules[package])) | set(files) | set(all_names))
+
+    return __getattr__, __dir__

@@ -9,7 +9,7 @@
 """
 from __future__ import annotations
 
-import importlib
+from labkit import _compat
 
 # The face hands each name out from the file that defines it, imported on first use
 # (so importing one file of the package never imports the others, nor torch).
@@ -94,18 +94,4 @@ __all__ = [
 ]
 _FALLBACK = None   # the file whose every attribute the face also hands out (its old module path)
 
-
-def __getattr__(name: str):
-    if name in _NAMES:
-        return getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
-    if name in _FILES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if _FALLBACK and not name.startswith("__"):
-        module = importlib.import_module(f"{__name__}.{_FALLBACK}")
-        if hasattr(module, name):
-            return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_FILES) | set(__all__))
+__getattr__, __dir__ = _compat.lazy_face(__name__, _NAMES, _FILES, __all__, _FALLBACK)

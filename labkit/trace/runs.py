@@ -198,21 +198,30 @@ def read_ranks(path, *, allow_mixed: bool = False, max_mb=None, max_events=None,
         skipped = []
     else:
         jobs = [(f, i, max_mb, max_events) for i, f in enumerate(files)]
-        size = sum(f.stat().st_size for f in files)
-        n = min(workers, len(files))
-        if n > 1 and size >= POOL_MIN_BYTES:
-            import multiprocessing as mp
-
-            order = sorted(range(len(jobs)), key=lambda k: -files[k].stat().st_size)
-            # forkserver: a fresh interpreter per worker (no fork of a parent holding torch threads)
-            ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-            with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-                done = dict(zip(order, pool.map(_read_one, [jobs[k] for k in order]), strict=True))
-            got = [done[k] for k in range(len(jobs))]
-        else:
-            got = [_read_one(j) for j in jobs]
+        got = _pool_map(_read_one, jobs, [f.stat().st_size for f in files], workers)
         ranks = [r for r in got if r is not None]
         skipped = [f.name for f, r in zip(files, got, strict=True) if r is None]   # e.g. a saved run record
+    return _one_per_rank(ranks, skipped, path, allow_mixed)
+
+
+def _pool_map(fn, jobs, sizes, workers) -> list:
+    """``fn`` over ``jobs``, results in the jobs' order: in a pool of up to ``workers`` processes, largest
+    ``sizes`` first, when there are several jobs and their sizes add up to :data:`POOL_MIN_BYTES`; else here."""
+    n = min(workers, len(jobs))
+    if n <= 1 or sum(sizes) < POOL_MIN_BYTES:
+        return [fn(j) for j in jobs]
+    import multiprocessing as mp
+
+    order = sorted(range(len(jobs)), key=lambda k: -sizes[k])
+    # forkserver: a fresh interpreter per worker (no fork of a parent holding torch threads)
+    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        done = dict(zip(order, pool.map(fn, [jobs[k] for k in order]), strict=True))
+    return [done[k] for k in range(len(jobs))]
+
+
+def _one_per_rank(ranks, skipped, path, allow_mixed) -> list:
+    """The ranks read from ``path``, sorted, each rank once and (unless ``allow_mixed``) from one run."""
     if not ranks:
         raise ValueError(f"no Chrome traces in {path}: {skipped} are JSON without 'traceEvents'")
     if not allow_mixed:

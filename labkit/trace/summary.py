@@ -258,7 +258,7 @@ def summarize_ranks(path, *, steps=None, allow_mixed: bool = False, max_mb=None,
     from labkit.checks import flag
     from labkit.trace.fastload import limits
     from labkit.trace.load import trace_files
-    from labkit.trace.runs import POOL_MIN_BYTES, check_one_run, default_workers
+    from labkit.trace.runs import _one_per_rank, _pool_map, default_workers
 
     allow_mixed = flag("allow_mixed", allow_mixed)
     limits(max_mb, max_events)                      # bad limits fail here, once, not in a worker
@@ -267,29 +267,6 @@ def summarize_ranks(path, *, steps=None, allow_mixed: bool = False, max_mb=None,
         raise ValueError(f"index_dir={index_dir!r} is not a folder: give an existing folder or None")
     files = trace_files(path)
     jobs = [(f, i, steps, max_mb, max_events, index_dir, len(files) > 1) for i, f in enumerate(files)]
-    sizes = [f.stat().st_size for f in files]
-    n = min(workers, len(files))
-    if n > 1 and sum(sizes) >= POOL_MIN_BYTES:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        order = sorted(range(len(jobs)), key=lambda k: -sizes[k])
-        ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-        with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-            done = dict(zip(order, pool.map(_summarize_one, [jobs[k] for k in order]), strict=True))
-        got = [done[k] for k in range(len(jobs))]
-    else:
-        got = [_summarize_one(j) for j in jobs]
+    got = _pool_map(_summarize_one, jobs, [f.stat().st_size for f in files], workers)
     ranks = [r for r in got if r is not None]
-    if not ranks:
-        skipped = [f.name for f, r in zip(files, got, strict=True) if r is None]
-        raise ValueError(f"no Chrome traces in {path}: {skipped} are JSON without 'traceEvents'")
-    if not allow_mixed:
-        check_one_run(ranks)
-    seen: dict[int, Path] = {}
-    for r in ranks:
-        if r.rank in seen:
-            raise ValueError(f"trace files {seen[r.rank]} and {r.path} both claim rank {r.rank}; "
-                             f"put one run's traces per folder (the analysis is per rank, even with allow_mixed)")
-        seen[r.rank] = r.path
-    return sorted(ranks, key=lambda r: r.rank)
+    return _one_per_rank(ranks, [f.name for f, r in zip(files, got, strict=True) if r is None], path, allow_mixed)
