@@ -139,8 +139,14 @@ def test_the_course_in_a_browser(course_server, tmp_path):
             result = box.locator(".widget-html").last
             first = _values(result.inner_text(), ("MFU", "HFU"))
             table = panel.locator("table.dataframe").filter(has_text="defaults").first   # the static table (HTML)
-            lines = [ln.split("\t") if "\t" in ln else ln.split() for ln in table.inner_text().splitlines()]
-            head = next(cols for cols in lines if "MFU" in cols and "HFU" in cols)   # an HTML table: tab-separated
+            head = None
+            for _ in range(60):     # a loaded machine renders the table's rows after the box: read until it has them
+                lines = [ln.split("\t") if "\t" in ln else ln.split() for ln in table.inner_text().splitlines()]
+                head = next((cols for cols in lines if "MFU" in cols and "HFU" in cols), None)   # tab-separated
+                if head is not None:
+                    break
+                page.wait_for_timeout(500)
+            assert head is not None, f"the calculator's defaults table has no MFU/HFU header: {lines[:3]}"
             row = next(cols for cols in lines if cols and cols[0].strip() == "defaults")
             mfu_col, hfu_col = (row[head.index(k) - len(head) + len(row)].strip() for k in ("MFU", "HFU"))
             assert first == {"MFU": mfu_col, "HFU": hfu_col}, (
