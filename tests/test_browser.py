@@ -162,5 +162,18 @@ def test_the_course_in_a_browser(course_server, tmp_path):
             assert moved.get("MFU") and moved["MFU"] != first["MFU"], (first, result.inner_text())
             assert float(moved["MFU"]) < float(first["MFU"]), "fewer tokens/s must give a lower MFU"
             box.screenshot(path=str(shots / "ch04_calculator_moved.png"))
+
+            # 5. two more chapters and a lab, opened by their URLs in a fresh page, are not marked modified either
+            base = url.split("/lab", 1)[0]
+            fresh = browser.new_page(viewport={"width": 1400, "height": 1000})
+            for rel in ("chapters/part3_tuning/ch16_attention_kernels.ipynb",
+                        "chapters/part4_case_review/ch30_case_bert_checklist.ipynb",
+                        "labs/lab09_collectives/lab09_collectives.ipynb"):
+                name = rel.rsplit("/", 1)[1]
+                fresh.goto(f"{base}/lab/tree/{rel}")
+                fresh.wait_for_selector(f".lm-TabBar-tab:has-text('{name}')", timeout=120_000)
+                fresh.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=120_000)
+                jlab.wait_kernel_idle(fresh, 120)
+                assert name not in " ".join(_dirty_tabs(fresh)), f"{rel} opened already modified"
         finally:
             browser.close()
