@@ -25,7 +25,7 @@ from labkit.teaching.grading.checker import run_checks
 LAB = "lab11_regression"
 CFG = {"model": "tiny", "seq_len": 32, "micro_batch": 4, "accum": 1, "dtype": "fp32", "steps": 12,
        "warmup_steps": 2, "parallel": "single", "inject": "none", "inject_share": 0.4}
-SLOWDOWN = 0.25
+SLOWDOWN = 0.5
 
 
 def test_lab11_release_hides_solutions_and_checks():
@@ -128,7 +128,7 @@ def test_q2_rates_from_the_recorded_sigma_refuse_huge_naive_and_typed_in_monitor
     assert ok["q2-hidden"] is False and "is not what your monitor gives" in why[0], why
 
 
-WORK = {"inject": "work", "inject_share": 0.2, "work_matmuls_used": 40}
+WORK = {"inject": "work", "inject_share": 1 / 3, "work_matmuls_used": 40}
 
 
 def _q3(root, book, runs, *, work=WORK, typed=None):

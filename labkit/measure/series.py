@@ -40,11 +40,12 @@ import numpy as np
 from labkit import checks
 
 __all__ = ["NoiseModel", "SeriesMonitor", "SeriesVerdict", "MonitorRates", "monitor_rates", "size_monitor",
-           "series_figures", "mad_consistency", "diff_consistency", "MAD_TO_SIGMA", "MEDIAN_SE", "FIGURES",
+           "series_figures", "mad_consistency", "diff_consistency", "MAD_TO_SIGMA", "MEDIAN_SE", "MAX_DRAWS", "FIGURES",
            "train_series"]
 
 MAD_TO_SIGMA = 1.4826         # σ of a normal = 1.4826 × its median absolute deviation
 MEDIAN_SE = math.sqrt(math.pi / 2)   # se(median) = 1.2533 σ/√n for large n (normal data)
+MAX_DRAWS = 50_000_000        # monitor_rates' most seeded runs (n_series × window): 0.4 GB of float64 per kind
 MAX_RUNS = 1_000_000
 
 
@@ -325,9 +326,9 @@ def monitor_rates(monitor: SeriesMonitor, noise: NoiseModel, *, slowdown: float 
     slowdown = checks.number("slowdown", slowdown, low=0, high=10, low_open=True)
     n_series = checks.count("n_series", n_series, at_least=10, at_most=200_000)
     seed = checks.count("seed", seed, at_least=0)
-    if n_series * monitor.window > 50_000_000:
-        raise ValueError(f"n_series × runs per series = {n_series:,} × {monitor.window:,} is over 5e7 draws; "
-                         "use fewer series or smaller windows")
+    if n_series * monitor.window > MAX_DRAWS:
+        raise ValueError(f"n_series × runs per series = {n_series:,} × {monitor.window:,} is over MAX_DRAWS = "
+                         f"{MAX_DRAWS:,}; use at most {MAX_DRAWS // monitor.window:,} series or smaller windows")
     rng = np.random.default_rng(seed)
     b, c = monitor.baseline_runs, monitor.candidate_runs
     step = max(1, 2_000_000 // monitor.window)
