@@ -25,7 +25,8 @@ course:
 	$(VENV)/bin/jupyter lab $(LAB_FLAGS)
 
 # every notebook is executed once, inside pytest: under nbval (its checked cells compared with the committed outputs)
-# when it has checked cells, else under papermill (tests/test_notebooks.py)
+# when it has checked cells, else under papermill (tests/test_notebooks.py); a lab by `labkit grade` in its grading
+# test (tests/_executed.py)
 test:
 	./scripts/bootstrap.sh dev
 	$(PY) -m ruff check labkit tests benchmarks conftest.py

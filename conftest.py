@@ -16,6 +16,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 TEST_CALIBRATION_ENV = "LABKIT_TEST_CALIBRATION"
 
 
@@ -58,3 +60,79 @@ def pytest_unconfigure(config):
             os.environ.pop(CACHE_ENV, None)
         else:
             os.environ[CACHE_ENV] = old
+
+
+# ---------------------------------------------------------------- the order `pytest -n 2` hands tests out
+# xdist's default ("load") sends each worker long runs of consecutive tests in file order, so a long test late in
+# the alphabet can start when the other worker has nothing left. Under `-n` with the default distribution, the
+# workers sort the collection longest first and the controller hands it out one unit at a time (a unit: one test
+# of PER_TEST_MODULES, else a whole module, whose module-scoped fixtures are then built once), so the last units are
+# short and the two workers end together. A test's expected seconds: tests/data/test_seconds.json (measured), else
+# the manifest's cpu_s for a notebook, else 20 s for a `slow` test (the marker's definition), else 0.1 s.
+
+#: modules whose tests share no module-scoped fixture (checked below): each test is its own unit
+PER_TEST_MODULES = ("tests/test_notebooks.py", "tests/test_grading_labs.py")
+
+
+def _unit(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    return nodeid if module in PER_TEST_MODULES else module
+
+
+def _expected_seconds(item, measured: dict) -> float:
+    if item.nodeid in measured:
+        return float(measured[item.nodeid])
+    entry = getattr(getattr(item, "callspec", None), "params", {}).get("entry")
+    if getattr(entry, "cpu_s", None) is not None and item.get_closest_marker("notebook"):
+        return float(entry.cpu_s)
+    return 20.0 if item.get_closest_marker("slow") else 0.1
+
+
+def _longest_first(config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and config.getoption("dist", "no") == "load"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """On an xdist worker of a `-n` run: units longest first (the same order on every worker: a stable sort of
+    the collection by figures read from files)."""
+    if not hasattr(config, "workerinput") or config.workerinput.get("labkit_order") != "longest-first":
+        return
+    import json
+    from pathlib import Path
+
+    measured = json.loads((Path(__file__).parent / "tests" / "data" / "test_seconds.json").read_text())["seconds"]
+    units: dict[str, list] = {}
+    for item in items:
+        units.setdefault(_unit(item.nodeid), []).append(item)
+        if _unit(item.nodeid) == item.nodeid:
+            shared = [n for n, defs in item._fixtureinfo.name2fixturedefs.items()
+                      if defs and defs[-1].scope in ("module", "class", "package")]
+            if shared:
+                raise pytest.UsageError(f"{item.nodeid} uses the module-scoped fixture(s) {shared}: its module "
+                                        "cannot be in conftest.PER_TEST_MODULES (each worker would build them)")
+    cost = {u: sum(_expected_seconds(i, measured) for i in its) for u, its in units.items()}
+    items[:] = [i for u in sorted(units, key=lambda u: -cost[u]) for i in units[u]]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """(xdist controller) tell each worker to sort its collection, when the controller schedules by unit."""
+    if _longest_first(node.config):
+        node.workerinput["labkit_order"] = "longest-first"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`-n N` with the default distribution: one unit (see _unit) at a time, in the workers' (longest-first)
+    collection order."""
+    if not _longest_first(config):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LongestFirst(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    config.option.loadscopereorder = False      # keep the collection's order (xdist would sort by test count)
+    return LongestFirst(config, log)

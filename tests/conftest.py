@@ -36,6 +36,14 @@ def _copy_of_the_session_calibration(dest) -> str:
     return str(dest)
 
 
+@pytest.fixture(scope="session")
+def copy_session_calibration():
+    """``copy_session_calibration(folder)`` puts the session's calibration in ``folder`` and returns it: for a
+    module-scoped fixture that launches ranks reading a calibrated cache (tests/test_diagnose.py's ``live``),
+    which would otherwise calibrate again, under the load of the other worker."""
+    return _copy_of_the_session_calibration
+
+
 @pytest.fixture
 def calibrated_peaks(tmp_path_factory):
     """A cache holding this machine's fp32 calibration for 1 and 2 threads, for tests whose verdicts

@@ -111,21 +111,19 @@ SMALL = dict(steps=3, warmup_steps=1)   # default sizes: compute injection = 128
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
+def live(tmp_path_factory, copy_session_calibration):
     """The four injected runs in one launch of 2 gloo ranks (starting processes is the slow part),
-    dividing by a calibrated peak (the MFU threshold of the compute finding needs a stable denominator).
+    dividing by a calibrated peak (the MFU threshold of the compute finding needs a stable denominator): the
+    session's calibration (1 thread, fp32: each of 2 ranks has 1 thread), measured before the workers started.
     Its setup is paid by the first live test a worker runs: 147, 195 and 291 s beside two busy loops (load 9-12
     on 2 cores), so those tests allow 600 s (it had 300: the 291 s run came within 9 s of a timeout)."""
     import os
 
-    from labkit.hardware.calibration import calibrate
-
     kinds = ("data", "comm", "compute", "memory")
     dirs = [tmp_path_factory.mktemp(f"inject_{k}") for k in kinds]
     old = os.environ.get("LABKIT_CACHE_DIR")
-    os.environ["LABKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("calibrated"))
+    os.environ["LABKIT_CACHE_DIR"] = copy_session_calibration(tmp_path_factory.mktemp("calibrated"))
     try:
-        calibrate("cpu", ("fp32",), threads=[1], rounds=2, max_seconds=3.0)    # each of 2 ranks has 1 thread
         recs = run_workloads([workload(k, **SMALL) for k in kinds], dirs)
     finally:
         os.environ["LABKIT_CACHE_DIR"] = old if old is not None else os.environ.pop("LABKIT_CACHE_DIR")

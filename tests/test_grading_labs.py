@@ -2,7 +2,9 @@
 every unanswered question, a forged lab01, lab03, lab04, lab06, lab08, lab09, lab10, lab11 or lab12 submission loses exactly the points its forgery touches (lab10 also: a typed-in q3 with no runs, a copied slowdown), and
 lab02's q3 holds the named family to the seed's hidden fault and the cited number to the run.
 
-Graded with the CI parameters (FAST=True) through ``labkit grade``, 2 workers.
+Graded with the CI parameters (FAST=True) through ``labkit grade``, 2 workers. This is the suite's one execution of
+each lab's instructor source (tests/_executed.py; tests/test_notebooks.py leaves these labs out), so it also
+asserts what the notebook test would: the parameters are the CI ones and every code cell ran without error.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _executed import EXECUTED_BY_GRADING, assert_every_code_cell_ran, ci_params  # tests/_executed.py
 
 from labkit.teaching.grading import Limits, load_lab, release
 from labkit.teaching.grading.batch import GradeConfig, grade
@@ -21,10 +24,8 @@ REAL = json.loads((HERE / "expected.json").read_text())["_real_labs"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lab_id", ["lab01_baseline", "lab02_profiler", "lab03_batch_accum", "lab04_attention",
-                                    "lab05_ddp", "lab06_fsdp", "lab08_data_pipeline", "lab09_collectives", "lab10_planner",
-                                    "lab11_regression",
-                                    "lab12_capstone"])
+@pytest.mark.notebook
+@pytest.mark.parametrize("lab_id", [lab for lab, f in EXECUTED_BY_GRADING.items() if f == "tests/test_grading_labs.py"])
 def test_instructor_full_marks_learner_zero(lab_id, tmp_path, calibrated_peaks):
     """Graded against a calibrated peak: lab01 checks MFU <= 100 %, which a live peak measured on a
     loaded machine once broke (MFU 1.75)."""
@@ -36,13 +37,17 @@ def test_instructor_full_marks_learner_zero(lab_id, tmp_path, calibrated_peaks):
     extra = {n: v for n, v in REAL.items() if v["lab"] == lab_id}
     for name in extra:
         shutil.copy(HERE / f"{name}.ipynb", subs / f"{name}.ipynb")
-    cfg = GradeConfig(limits=Limits(notebook_s=400, cell_s=300), workers=2, params={"FAST": True}, progress=False)
+    cfg = GradeConfig(limits=Limits(notebook_s=400, cell_s=300), workers=2, params=ci_params(lab_id), progress=False)
+    assert cfg.params == {"FAST": True}
     res = grade(lab_id, [subs], tmp_path / "out", cfg)
     assert not res.failed
     with open(res.gradebook) as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     fb = {s: json.loads((tmp_path / "out" / "feedback" / f"{s}.json").read_text()) for s in rows}
     why = {s: {q: v["feedback"] for q, v in f["questions"].items()} for s, f in fb.items()}
+    ran = fb["instructor"]["execution"]
+    assert ran["error"] is None and ran["cells_failed"] == 0 and not ran["deadline_hit"], ran
+    assert_every_code_cell_ran(tmp_path / "out" / "executed" / "instructor.ipynb", what=f"{lab_id} (instructor)")
     assert float(rows["instructor"]["score"]) == lab.max_score, why["instructor"]
     assert float(rows["learner"]["score"]) == 0.0, why["learner"]
     for q in lab.questions:  # the first failing check says the work is missing, not something obscure

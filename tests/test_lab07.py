@@ -1,6 +1,8 @@
 """lab07_memory_precision graded through ``labkit grade`` with the CI parameters: the instructor source gets full
 marks, the released learner version zero on every unanswered question, and a submission whose scaler log was
-doctored (every skipped step marked applied, to claim a run that never skipped) loses exactly q3's log check."""
+doctored (every skipped step marked applied, to claim a run that never skipped) loses exactly q3's log check.
+This is the suite's one execution of lab07's instructor source (tests/_executed.py), so it also asserts what
+tests/test_notebooks.py would: the CI parameters, every code cell ran without error."""
 from __future__ import annotations
 
 import copy
@@ -10,6 +12,7 @@ import shutil
 
 import nbformat
 import pytest
+from _executed import EXECUTED_BY_GRADING, assert_every_code_cell_ran, ci_params  # tests/_executed.py
 
 from labkit.teaching.grading import Limits, load_lab, release
 from labkit.teaching.grading.batch import GradeConfig, grade
@@ -31,20 +34,26 @@ def _forged_log(lab) -> nbformat.NotebookNode:
 
 
 @pytest.mark.slow
+@pytest.mark.notebook
 def test_lab07_full_marks_zero_and_a_forged_log_caught(tmp_path, calibrated_peaks):
+    assert EXECUTED_BY_GRADING[LAB] == "tests/test_lab07.py"
     lab = load_lab(LAB)
     subs = tmp_path / "subs"
     subs.mkdir()
     shutil.copy(lab.source, subs / "instructor.ipynb")
     shutil.copy(release(LAB, tmp_path / "rel"), subs / "learner.ipynb")
     (subs / "forged_log.ipynb").write_text(nbformat.writes(_forged_log(lab)) + "\n")
-    cfg = GradeConfig(limits=Limits(notebook_s=400, cell_s=300), workers=2, params={"FAST": True}, progress=False)
+    cfg = GradeConfig(limits=Limits(notebook_s=400, cell_s=300), workers=2, params=ci_params(LAB), progress=False)
+    assert cfg.params == {"FAST": True}
     res = grade(LAB, [subs], tmp_path / "out", cfg)
     assert not res.failed
     with open(res.gradebook) as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     fb = {s: json.loads((tmp_path / "out" / "feedback" / f"{s}.json").read_text()) for s in rows}
     why = {s: {q: v["feedback"] for q, v in f["questions"].items()} for s, f in fb.items()}
+    ran = fb["instructor"]["execution"]
+    assert ran["error"] is None and ran["cells_failed"] == 0 and not ran["deadline_hit"], ran
+    assert_every_code_cell_ran(tmp_path / "out" / "executed" / "instructor.ipynb", what=f"{LAB} (instructor)")
     assert float(rows["instructor"]["score"]) == lab.max_score == 7, why["instructor"]
     assert float(rows["learner"]["score"]) == 0.0, why["learner"]
     for q in lab.questions:

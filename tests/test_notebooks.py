@@ -4,7 +4,9 @@ The manifest (labkit/course.toml) says which notebooks exist and how long each t
 run first so ``pytest -n 2`` finishes early. A notebook with cells marked ``# NBVAL_CHECK_OUTPUT`` is executed by
 nbval (``pytest --nbval-lax`` on ``build/nbval/<path>``, the source with the CI parameters and its committed
 outputs: every cell must run without error and each checked cell's output must match); any other notebook (the
-labs, the index) by papermill.
+index, the glossary) by papermill. A graded lab is executed by its grading test instead (tests/_executed.py:
+``labkit grade`` runs the instructor source with the same parameters, the test asserts every code cell ran and
+then its full marks), so each lab runs once in the suite.
 """
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ import json
 import re
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
+from _executed import EXECUTED_BY_GRADING, assert_every_code_cell_ran, ci_params  # tests/_executed.py
 
 from labkit import course
 from labkit.paths import repo_root
@@ -46,8 +48,22 @@ def test_notebook_has_one_parameters_cell_and_no_stored_errors(entry):
     assert not errors, f"{entry.path}: a stored output is an error"
 
 
+def test_each_cpu_notebook_is_executed_here_or_by_its_grading_test():
+    """The labs left out of the execution test below are ready CPU labs, each run by its grading test (the test
+    file it names takes its labs from the same table and asserts every code cell ran) with the parameters this file
+    would give it."""
+    cpu = {e.id: e for e in READY if e.gpus == 0}
+    assert set(EXECUTED_BY_GRADING) <= set(cpu), set(EXECUTED_BY_GRADING) - set(cpu)
+    for lab, test_file in EXECUTED_BY_GRADING.items():
+        assert cpu[lab].kind == "lab", lab
+        text = (ROOT / test_file).read_text()
+        assert "EXECUTED_BY_GRADING" in text and "assert_every_code_cell_ran(" in text, (lab, test_file)
+        assert ci_params(lab) == {"FAST": True}, (lab, ci_params(lab))   # what the grading tests pass
+
+
 @pytest.mark.notebook
-@pytest.mark.parametrize("entry", [e for e in READY if e.gpus == 0], ids=lambda e: e.id)
+@pytest.mark.parametrize("entry", [e for e in READY if e.gpus == 0 and e.id not in EXECUTED_BY_GRADING],
+                         ids=lambda e: e.id)
 def test_notebook_executes_with_cpu_parameters(entry, calibrated_peaks):
     src = ROOT / entry.path
     if notebooks.has_checked_outputs(src):         # one execution: nbval runs every cell and compares the checked
@@ -66,9 +82,7 @@ def test_notebook_executes_with_cpu_parameters(entry, calibrated_peaks):
         assert summary == want, (summary, len(cells), r.stdout[-3000:])
     else:
         out, seconds = notebooks.run(src)
-        executed = json.loads(Path(out).read_text())
-        code = [c for c in executed["cells"] if c["cell_type"] == "code"]
-        assert code and all(c.get("execution_count") for c in code if c["source"]), "a code cell did not run"
+        assert_every_code_cell_ran(out, what=entry.path)
     print(f"{entry.id}: {seconds:.1f} s (manifest says {entry.cpu_s:.0f} s)")
 
 
