@@ -19,7 +19,9 @@ Why 8 profiled steps, not the trainer's default 3: the verdict asks whether the 
 than half the collectives, more often than chance (binomial, 10 %). With 3 collectives only a perfect record
 (3 of 3, p = 1/64) passes, so one step in which the loaded machine descheduled another rank past the
 straggler names no rank, and a rank that happened to be descheduled 3 steps running is named in a clean
-job. With 8, 5 of 8 passes (p = 0.027) and three steps of bad luck neither hide nor make a straggler.
+job. With 8, 5 of 8 passes (p = 0.027) and a straggler survives three steps of bad luck. Still weak: a clean
+job's longest holder is named at 5 of 8 more often than that p says (delays on a loaded machine persist from
+step to step, and the test is one rank's, not corrected for picking the longest holder of R ranks).
 """
 from __future__ import annotations
 
