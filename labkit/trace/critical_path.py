@@ -169,7 +169,11 @@ class CriticalPath:
         steps, if that is at least the margin (:attr:`StepPath.margin`) of the job's time and it held them
         (arrived or left last) at more collectives than chance would make it (the stragglers table's test);
         its cause is the one of the steps it set the pace of, weighted by how long it held the others (its
-        largest path cause if it set none). (None, None) when no rank held the others back. Taught in chapter 9."""
+        largest path cause if it set none). (None, None) when no rank held the others back. The test needs
+        collectives: over 3 (one all-reduce a step, the trainer's default 3 profiled steps) only a rank that
+        held the others at all 3 passes (p = 1/64), so one step in which a loaded machine delays another rank
+        past the slow one hides it, and three unlucky steps running make one; where ranks share loaded cores,
+        profile 8 or more (5 of 8 passes, p = 0.027: ``benchmarks/bench_critical_path.py``). Taught in chapter 9."""
         if not self.steps:
             return None, None
         held: dict[int, float] = {}
