@@ -216,14 +216,15 @@ def make_jobs(base: Path, ranks: list[int], steps: int, steps_ranks: int, procs:
     pool_dir = base / f"files_{steps}"
     pool_dir.mkdir(parents=True, exist_ok=True)
     todo = [(pool_dir / f"rank{r}.SYNTHETIC.pt.trace.json", r, world, steps) for r in range(world)]
-    for s in (steps // 4, steps // 2):
+    sweep = [(steps_ranks, steps // 4), (steps_ranks, steps // 2)] if steps_ranks else []
+    for _, s in sweep:
         d = base / f"files_{s}"
         d.mkdir(exist_ok=True)
         todo += [(d / f"rank{r}.SYNTHETIC.pt.trace.json", r, world, s) for r in range(steps_ranks)]
     with Pool(procs) as pool:
         pool.map(_write, todo, chunksize=1)
     jobs = {}
-    for n_ranks, s in [(r, steps) for r in ranks] + [(steps_ranks, steps // 4), (steps_ranks, steps // 2)]:
+    for n_ranks, s in [(r, steps) for r in ranks] + sweep:
         d = base / f"job_{n_ranks}x{s}"
         d.mkdir(exist_ok=True)
         for r in range(n_ranks):
@@ -239,7 +240,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb-per-rank", type=float, default=8.0, help="MB of trace per rank (default 8; the issue: 100)")
     ap.add_argument("--ranks", type=int, nargs="+", default=[16, 32, 64, 128])
-    ap.add_argument("--steps-ranks", type=int, default=16, help="ranks of the steps sweep (default 16)")
+    ap.add_argument("--steps-ranks", type=int, default=16, help="ranks of the steps sweep (default 16; 0: none)")
     ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="labkit's processes")
     ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "labkit-jobscale"))
     ap.add_argument("--keep", action="store_true", help="keep the generated files (default: delete them)")
@@ -276,8 +277,7 @@ def main() -> None:
           f"{'HTA CPU s':>9} {'HTA peak MB':>11}")
     rows = {}
     # smallest job first: HTA runs until a job is too big for it, and is not tried on larger ones
-    order = sorted([(r, steps) for r in args.ranks] + [(args.steps_ranks, steps // 4), (args.steps_ranks, steps // 2)],
-                   key=lambda k: jobs[k][1])
+    order = sorted(jobs, key=lambda k: jobs[k][1])
     for key in order:
         folder, mb, fmb = jobs[key]
         r = measure(sys.executable, _LABKIT, folder, (str(args.workers),), env)
