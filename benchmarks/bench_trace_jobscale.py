@@ -16,9 +16,12 @@ in ``--workers`` processes, :mod:`labkit.trace.summary`) and, where it can run, 
 and pandas < 3, default build/hta-venv).
 
 Memory is sampled from /proc every 50 ms over the whole process tree (the analysing process, its
-forkserver and workers): ``peak MB`` is the most RSS the tree held at once, ``proc MB`` the largest
-high-water mark (VmHWM) of any one process in it, the parent included. A process's fixed overhead
-(interpreter, numpy, pandas, msgspec imported) is measured once and printed. HTA is stopped where its tree
+forkserver and workers): ``peak MB`` is the most RSS the tree held at once, ``parent MB`` the analysing
+process's high-water mark (VmHWM), ``worker MB`` the largest VmHWM of any other process in the tree (a
+worker reading one rank). A process's fixed overhead (interpreter, numpy, pandas, msgspec imported) is
+measured once and printed; ``worker/file`` is (worker MB − fixed) ÷ the largest file's MB, and each job's
+worker peak is checked against the goal of issue #35, 2 × the largest file + the fixed overhead (``ok`` or
+``OVER``; printed, not asserted). ``parent MB/rank`` is the slope of the parent's peak against ranks. HTA is stopped where its tree
 passes ``--hta-cap-gb`` or ``--hta-timeout`` seconds, and not run on larger jobs (the table says where and
 why). Slopes are least-squares fits of log figure against log job MB (1 = linear). Delete the files with
 ``--clean`` (the default) or keep them with ``--keep``.
@@ -126,7 +129,7 @@ class Sampler(threading.Thread):
     def __init__(self, pid: int, cap_kb: float = math.inf, dt: float = 0.05):
         super().__init__(daemon=True)
         self.pid, self.cap_kb, self.dt = pid, cap_kb, dt
-        self.peak_kb = self.proc_kb = 0
+        self.peak_kb = self.proc_kb = self.parent_kb = self.worker_kb = 0
         self.capped = False
         self.stop = threading.Event()
         self.cpu0 = _cpu_of(pid) or 0.0         # the imports, before the timed part
@@ -146,7 +149,10 @@ class Sampler(threading.Thread):
                     self.cpu[q] = c
             total = sum(_status_kb(p, "VmRSS:") for p in pids)
             self.peak_kb = max(self.peak_kb, total)
-            self.proc_kb = max([self.proc_kb] + [_status_kb(p, "VmHWM:") for p in pids])
+            hwm = {p: _status_kb(p, "VmHWM:") for p in pids}
+            self.proc_kb = max([self.proc_kb, *hwm.values()])
+            self.parent_kb = max(self.parent_kb, hwm.get(self.pid, 0))
+            self.worker_kb = max([self.worker_kb] + [k for p, k in hwm.items() if p != self.pid])
             if total > self.cap_kb:
                 self.capped = True
                 for p in reversed(pids):
@@ -193,7 +199,8 @@ def measure(python: str, code: str, folder: Path, extra=(), env=None, cap_gb=mat
         return {"error": (err.strip().splitlines() or ["?"])[-1][:160], "peak_mb": s.peak_kb / 1024}
     r = json.loads(out.strip().splitlines()[-1])
     return {**r, "wall_s": r.get("seconds", r.get("analyze_s", 0) + r.get("critical_path_s", 0)), "process_s": wall,
-            "cpu_s": cpu, "peak_mb": s.peak_kb / 1024, "proc_mb": s.proc_kb / 1024}
+            "cpu_s": cpu, "peak_mb": s.peak_kb / 1024, "proc_mb": s.proc_kb / 1024, "parent_mb": s.parent_kb / 1024,
+            "worker_mb": s.worker_kb / 1024}
 
 
 def _write(args):
@@ -209,14 +216,15 @@ def make_jobs(base: Path, ranks: list[int], steps: int, steps_ranks: int, procs:
     pool_dir = base / f"files_{steps}"
     pool_dir.mkdir(parents=True, exist_ok=True)
     todo = [(pool_dir / f"rank{r}.SYNTHETIC.pt.trace.json", r, world, steps) for r in range(world)]
-    for s in (steps // 4, steps // 2):
+    sweep = [(steps_ranks, steps // 4), (steps_ranks, steps // 2)] if steps_ranks else []
+    for _, s in sweep:
         d = base / f"files_{s}"
         d.mkdir(exist_ok=True)
         todo += [(d / f"rank{r}.SYNTHETIC.pt.trace.json", r, world, s) for r in range(steps_ranks)]
     with Pool(procs) as pool:
         pool.map(_write, todo, chunksize=1)
     jobs = {}
-    for n_ranks, s in [(r, steps) for r in ranks] + [(steps_ranks, steps // 4), (steps_ranks, steps // 2)]:
+    for n_ranks, s in [(r, steps) for r in ranks] + sweep:
         d = base / f"job_{n_ranks}x{s}"
         d.mkdir(exist_ok=True)
         for r in range(n_ranks):
@@ -232,7 +240,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb-per-rank", type=float, default=8.0, help="MB of trace per rank (default 8; the issue: 100)")
     ap.add_argument("--ranks", type=int, nargs="+", default=[16, 32, 64, 128])
-    ap.add_argument("--steps-ranks", type=int, default=16, help="ranks of the steps sweep (default 16)")
+    ap.add_argument("--steps-ranks", type=int, default=16, help="ranks of the steps sweep (default 16; 0: none)")
     ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="labkit's processes")
     ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "labkit-jobscale"))
     ap.add_argument("--keep", action="store_true", help="keep the generated files (default: delete them)")
@@ -263,12 +271,13 @@ def main() -> None:
         print(f"(no HTA: {hta} does not exist; python3 -m venv build/hta-venv && build/hta-venv/bin/pip install "
               "HolisticTraceAnalysis==0.5.0 'pandas<3')")
     hta_stop = None
+    print(f"goal (issue #35): worker peak <= 2 x largest file + {fixed:.0f} MB fixed, whatever the rank count")
     print(f"{'ranks':>5} {'steps':>6} {'job MB':>8} {'file MB':>7} | {'labkit s':>8} {'(an.+cp)':>11} {'CPU s':>7} "
-          f"{'peak MB':>7} {'proc MB':>7} {'proc/file':>9} | {'HTA s':>7} {'HTA CPU s':>9} {'HTA peak MB':>11}")
+          f"{'peak MB':>7} {'parent MB':>9} {'worker MB':>9} {'worker/file':>11} {'goal':>4} | {'HTA s':>7} "
+          f"{'HTA CPU s':>9} {'HTA peak MB':>11}")
     rows = {}
     # smallest job first: HTA runs until a job is too big for it, and is not tried on larger ones
-    order = sorted([(r, steps) for r in args.ranks] + [(args.steps_ranks, steps // 4), (args.steps_ranks, steps // 2)],
-                   key=lambda k: jobs[k][1])
+    order = sorted(jobs, key=lambda k: jobs[k][1])
     for key in order:
         folder, mb, fmb = jobs[key]
         r = measure(sys.executable, _LABKIT, folder, (str(args.workers),), env)
@@ -285,8 +294,9 @@ def main() -> None:
               f"{h['error'][:90]}" + (f" (peak {h['peak_mb']:.0f} MB)" if h.get("peak_mb") else ""))
         print(f"{key[0]:>5} {key[1]:>6} {mb:8.0f} {fmb:7.1f} | {r['wall_s']:8.1f} "
               f"{r['analyze_s']:5.1f}+{r['critical_path_s']:<5.1f} {r['cpu_s']:7.1f} {r['peak_mb']:7.0f} "
-              f"{r['proc_mb']:7.0f} {(r['proc_mb'] - fixed) / fmb:9.2f} | {hs}", flush=True)
+              f"{r['parent_mb']:9.0f} {_worker(r['worker_mb'], fmb, fixed)} | {hs}", flush=True)
     _slopes("vs ranks (fixed steps)", [rows[(r, steps)] for r in sorted(args.ranks) if (r, steps) in rows])
+    _per_rank([(r, rows[(r, steps)]) for r in sorted(args.ranks) if (r, steps) in rows])
     _slopes(f"vs steps ({args.steps_ranks} ranks)", [rows[(args.steps_ranks, s)] for s in
                                                       (steps // 4, steps // 2, steps) if (args.steps_ranks, s) in rows])
     if hta_stop:
@@ -294,6 +304,30 @@ def main() -> None:
     if not args.keep:
         shutil.rmtree(base)
         print(f"deleted {base}")
+
+
+def _worker(mb: float, fmb: float, fixed: float) -> str:
+    """worker MB, worker/file and the goal's verdict; a job read in the parent alone (under
+    ``runs.POOL_MIN_BYTES``, no pool) has no worker."""
+    if mb == 0:
+        return f"{'(none: read in the parent)':>31}"
+    return f"{mb:9.0f} {(mb - fixed) / fmb:11.2f} {'ok' if mb <= 2 * fmb + fixed else 'OVER':>4}"
+
+
+def _per_rank(rows) -> None:
+    """The parent's growth per rank: least-squares slope of its peak (MB) against the rank count."""
+    ok = [(n, r["parent_mb"], r["worker_mb"]) for n, (_, _, r, _) in rows if "error" not in r]
+    if len(ok) < 2:
+        return
+    n_mean = sum(n for n, _, _ in ok) / len(ok)
+    sxx = sum((n - n_mean) ** 2 for n, _, _ in ok)
+
+    def fit(k):
+        y_mean = sum(x[k] for x in ok) / len(ok)
+        return sum((x[0] - n_mean) * (x[k] - y_mean) for x in ok) / sxx
+
+    print(f"per rank (least squares over {[n for n, _, _ in ok]} ranks): parent MB/rank {fit(1):.2f}, "
+          f"worker peak MB/rank {fit(2):.3f}")
 
 
 def _slopes(label, rows) -> None:

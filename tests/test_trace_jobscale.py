@@ -21,7 +21,7 @@ from labkit.trace.breakdown import RankView, host_wait
 from labkit.trace.critical_path import critical_path, critical_path_from, critical_path_of
 from labkit.trace.runs import read_ranks
 from labkit.trace.stragglers import stragglers, stragglers_of
-from labkit.trace.summary import ClassIndex, check_summaries, summarize, summarize_ranks
+from labkit.trace.summary import ClassIndex, Windows, check_summaries, summarize, summarize_ranks
 from labkit.trace.synthetic import SyntheticSpec, synthesize_traces
 
 SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "traces"
@@ -86,6 +86,25 @@ def test_stragglers_of_summaries_equals_stragglers_of_views(jobs):
     _frames_equal(a[0], b[0])
     _frames_equal(a[1], b[1])
     assert a[0]["straggler"].tolist() == [False, False, True, False]
+
+
+def test_windows_read_as_the_list_they_keep(jobs):
+    import pickle
+    import sys
+
+    for name in ("strag", "cpu_gloo_ddp_tiny"):
+        v = RankView(read_ranks(jobs[name])[0])
+        wins = v.windows()
+        w = summarize(v, index=False).wins
+        assert isinstance(w, Windows) and len(w) == len(wins) > 2 and w == wins and bool(w)
+        assert [tuple(map(type, x)) for x in w] == [tuple(map(type, x)) for x in wins]    # int, numpy floats
+        assert w[1] == wins[1] and w[-1] == wins[-1] and w[1:3] == wins[1:3]
+        assert pickle.loads(pickle.dumps(w)) == wins
+    big = [(i, *(np.float64(x + i) for x in wins[0][1:])) for i in range(2000)]     # a long job's steps
+    listed = sys.getsizeof(big) + sum(sys.getsizeof(t) + sum(map(sys.getsizeof, t)) for t in big)
+    kept = Windows(big)
+    assert kept == big and sys.getsizeof(kept.ids) + sys.getsizeof(kept.bounds) < listed / 4     # in memory
+    assert not Windows([])
 
 
 def test_index_round_trip_and_host_wait(jobs, tmp_path):

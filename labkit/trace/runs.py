@@ -45,9 +45,13 @@ def default_workers() -> int:
 def read_rank(path, *, default_rank: int = 0, max_mb=None, max_events=None) -> RankEvents:
     """:func:`load` + :func:`extract` for one file, within the limits of :mod:`labkit.trace.fastload`
     (typed decoding of the fields used; the generic parser decides any file the typed decoder refuses).
+    The file is first read streamed, a slice of events at a time (:func:`labkit.trace.stream.read_streamed`:
+    never its bytes and all its events at once); what that reader declines is read whole, as before.
 
     Taught in chapter 9.
     """
+    from labkit.trace.stream import read_streamed
+
     max_bytes, max_ev = fastload.limits(max_mb, max_events)
     p = Path(path)
     # The cyclic garbage collector would rescan the parse's ~10^5 fresh objects again and again while
@@ -55,6 +59,9 @@ def read_rank(path, *, default_rank: int = 0, max_mb=None, max_events=None) -> R
     was_enabled = gc.isenabled()
     gc.disable()
     try:
+        ev = read_streamed(p, default_rank=default_rank, max_mb=max_mb, max_events=max_events)
+        if ev is not None:          # a slice of events at a time: never the file's bytes and all its events
+            return ev
         raw = L._read(p, max_bytes)
         fastload.check_events(p, raw, max_ev)
         typed = fastload.decode_typed(raw)
@@ -74,96 +81,18 @@ def read_rank(path, *, default_rank: int = 0, max_mb=None, max_events=None) -> R
 def extract_typed(doc, p, default_rank: int = 0):
     """A typed document into a :class:`labkit.trace.load.RankEvents`, or None when any event is not
     plainly valid (the generic :func:`labkit.trace.load.extract` then reads the file and names the event
-    and field). On a valid trace the result equals the generic one's (tests/test_trace_scale.py).
+    and field). On a valid trace the result equals the generic one's (tests/test_trace_scale.py); the
+    columns are :class:`labkit.trace.stream.Columns`, as the streamed reader fills them a slice at a time.
 
     Taught in chapter 9.
     """
-    import numpy as np
+    from labkit.trace.stream import Columns
 
-    rank, world, backend, base = L.header(p, doc.distributedInfo, doc.baseTimeNanoseconds, default_rank)
-    evs = doc.traceEvents
-    unset = fastload.UNSET
-    # one pass over the events (each comprehension over ~10^5 events costs as much as the decode)
-    xs: list = []
-    code: list = []
-    nid: list = []
-    th: list = []
-    ts: list = []
-    dur: list = []
-    thread_names: dict = {}
-    names: dict[str, int] = {}
-    threads: dict[tuple, int] = {}
-    cat_of, other, name_id, thread_of = L.CATEGORIES.get, L.OTHER, names.setdefault, threads.get
-    try:
-        for e in evs:
-            ph = e.ph
-            if ph != "X":
-                if ph == "M" and e.name == "thread_name":
-                    a = e.args
-                    thread_names[(e.pid, e.tid)] = "" if a is None or a.name is unset else str(a.name)
-                continue
-            c, d = e.cat, e.dur
-            if d is None or c is None or c == "Trace":
-                continue
-            xs.append(e)
-            code.append(cat_of(c, other))               # a non-string cat is caught just below
-            nid.append(name_id(e.name, len(names)))
-            k = (e.pid, e.tid)
-            t = thread_of(k)
-            if t is None:
-                t = threads[k] = len(threads)
-            th.append(t)
-            ts.append(e.ts)
-            dur.append(d)
-        n = len(xs)
-        ts_arr = np.array(ts) if n else np.zeros(0)
-        dur_arr = np.array(dur) if n else np.zeros(0)
-    except (TypeError, ValueError, OverflowError):
+    L.header(p, doc.distributedInfo, doc.baseTimeNanoseconds, default_rank)    # its errors first, as before
+    cols = Columns()
+    if not cols.add(doc.traceEvents):
         return None
-    # a null name is a None key among the names; a non-string cat can only have the code OTHER
-    if ts_arr.dtype.kind not in "if" or dur_arr.dtype.kind not in "if" or not all(type(k) is str for k in names) \
-            or not all(type(xs[i].cat) is str for i, c in enumerate(code) if c == other):
-        return None
-    ts_is_float = ts_arr.dtype.kind == "f"
-    ts_arr, dur_arr = ts_arr.astype(float), dur_arr.astype(float)
-    if (~np.isfinite(ts_arr) | ~np.isfinite(dur_arr) | (dur_arr < 0) | (np.abs(ts_arr) > L.MAX_TS_US)
-            | (dur_arr > L.MAX_DUR_US)).any():
-        return None
-    cat = np.asarray(code, dtype=np.int8) if n else np.zeros(0, dtype=np.int8)
-    stream = np.full(n, -1, dtype=np.int64)
-    corr = np.full(n, -1, dtype=np.int64)
-    comm_args: dict[int, dict] = {}
-    comm_re = L.COMM_KERNEL_RE.match
-    name_list = list(names)
-    cat_list = cat.tolist()
-    lo, hi = L._I64_MIN, L._I64_MAX
-    for i in np.flatnonzero((cat <= L.MEMSET) | (cat == L.RUNTIME)).tolist():
-        a = xs[i].args
-        if a is None:
-            continue
-        c = -1 if a.correlation is unset else a.correlation
-        if type(c) is not int or not lo <= c <= hi:
-            return None
-        corr[i] = c
-        if cat_list[i] <= L.MEMSET:
-            s = -1 if a.stream is unset else a.stream
-            if type(s) is not int or not lo <= s <= hi:
-                return None
-            stream[i] = s
-            if cat_list[i] == L.KERNEL and (a.collective is not unset or comm_re(name_list[nid[i]])):
-                comm_args[i] = fastload.args_dict(a)
-    rpc = names.get("record_param_comms")
-    if rpc is not None:
-        for i in np.flatnonzero((cat == L.CPU_OP) & (np.asarray(nid) == rpc)).tolist():
-            a = xs[i].args
-            comm_args[i] = {} if a is None else fastload.args_dict(a)
-    for a in comm_args.values():
-        for key in ("In msg nelems", "Out msg nelems"):
-            v = a.get(key)
-            if v is not None and (type(v) is not int or not 0 <= v <= hi):
-                return None
-    return L.rank_events(p, rank, world, backend, name_list, ts_arr, dur_arr, cat, nid, th, stream, corr, threads,
-                         thread_names, comm_args, ts_is_float, base, doc.labkit_synthetic)
+    return cols.finish(p, default_rank, doc.distributedInfo, doc.baseTimeNanoseconds, doc.labkit_synthetic)
 
 
 def _read_one(args):

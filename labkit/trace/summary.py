@@ -27,6 +27,7 @@ Taught in chapter 9 (profiler traces: reading a real job's files).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from labkit.trace.breakdown import COLUMNS, RankView, host_wait
 from labkit.trace.load import CPU_OP, KERNEL
 from labkit.units import US
 
-__all__ = ["RankSummary", "ClassIndex", "summarize", "summarize_ranks", "check_summaries"]
+__all__ = ["RankSummary", "Windows", "ClassIndex", "summarize", "summarize_ranks", "check_summaries"]
 
 _SETS = ("comp", "mem", "dataloader", "comm")
 
@@ -110,12 +111,40 @@ class ClassIndex:
         return sorted(out, key=lambda p: p[1][0])
 
 
+class Windows(Sequence):
+    """A rank's step windows, (step id, device start, device end, host start, host end), kept as two arrays
+    (12 bytes a number's worth per step instead of a tuple of five objects, ~200 bytes: the parent holds one
+    per step per rank). Reads as the list :meth:`labkit.trace.breakdown.RankView.windows` returns: the same
+    tuples, of the same types (an int, then numpy floats). Chapter 9."""
+
+    def __init__(self, wins):
+        self.ids = np.array([w[0] for w in wins], dtype=np.int64)
+        self.bounds = np.array([w[1:] for w in wins], dtype=float).reshape(len(wins), 4)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return (int(self.ids[i]), *self.bounds[i])
+
+    def __iter__(self):
+        for k, b in zip(self.ids.tolist(), self.bounds, strict=True):
+            yield (k, *b)
+
+    def __eq__(self, other):
+        return isinstance(other, (Windows, list, tuple)) and list(self) == list(other)
+
+    __hash__ = None
+
+
 @dataclass
 class RankSummary:
     """What the job-level analyses need of one rank (times in µs unless named ``_s``). Chapter 9.
 
-    ``wins``: (step, device start, device end, host start, host end) per selected step; ``steps_table``: one
-    row per window, the :data:`labkit.trace.breakdown.COLUMNS` in seconds; ``coll_*``: the collectives inside
+    ``wins``: (step, device start, device end, host start, host end) per selected step, a :class:`Windows`;
+    ``steps_table``: one row per window, the :data:`labkit.trace.breakdown.COLUMNS` in seconds; ``coll_*``: the collectives inside
     the windows in time order (type, start, duration, bytes — NaN when unknown — and the compute seconds
     since the previous one); ``ops_kernel``/``ops_cpu``: (name, count, total_s) tables; ``index`` or
     ``index_file``: its :class:`ClassIndex`, in memory or on disk.
@@ -131,7 +160,7 @@ class RankSummary:
     has_base_time: bool
     kind: str
     step_ids: list
-    wins: list
+    wins: Windows
     steps_table: np.ndarray
     coll_type: list
     coll_start: np.ndarray
@@ -199,7 +228,7 @@ def summarize(v: RankView, steps=None, *, index=True) -> RankSummary:
     return RankSummary(
         path=ev.path, rank=ev.rank, world_size=ev.world_size, backend=ev.backend, synthetic=ev.synthetic,
         start_us=ev.start_us, window_us=ev.window_us, has_base_time=ev.has_base_time, kind=v.kind,
-        step_ids=sorted(int(s) for s in v.step_ids), wins=wins, steps_table=rows, coll_type=[c["type"] for c in cs],
+        step_ids=sorted(int(s) for s in v.step_ids), wins=Windows(wins), steps_table=rows, coll_type=[c["type"] for c in cs],
         coll_start=start, coll_dur=dur, coll_bytes=nbytes, comp_before=comp_before, coll_end=cend,
         ops_kernel=_op_table(v, wins, KERNEL, device=True) if wins else None,
         ops_cpu=_op_table(v, wins, CPU_OP, device=False) if wins else None,
