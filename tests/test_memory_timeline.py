@@ -110,3 +110,15 @@ def test_viz_draws_the_measured_curve_phases_and_references(step):
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_a_tensor_left_counted_by_an_earlier_profiler_does_not_shift_the_step():
+    # c10 counts a block allocated under a profiler until it is freed under one: freed after, it stays in
+    # "Total Allocated" for the rest of the process. The step is measured from the count at its start.
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True):
+        left = torch.ones(1_000_000)
+    del left
+    st, held, _ = _first_step(2, 16)
+    assert st.baseline == held.params and st.samples["allocated"].iloc[0] == held.params

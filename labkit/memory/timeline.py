@@ -146,14 +146,22 @@ def _step_from_trace(trace: dict, names: list[str], baseline: int, device: str) 
         raise ValueError(f"the step recorded no {missing} phase: wrap forward, backward and optimizer in rec.phase(...)")
     mem = memory_samples(trace, device)
     t0, t_end = spans[PHASES[0]][0], spans[PHASES[-1]][1]
+    # "Total Allocated" is the allocator's process-wide count of blocks allocated while a profiler was on
+    # and not yet freed while one was on: a tensor made under an earlier profiler and freed after it stays
+    # counted (c10's ProfiledCPUMemoryReporter). So measure from the count just before the step starts.
+    before = mem[mem["ts_us"] < t0]
     mem = mem[(mem["ts_us"] >= t0) & (mem["ts_us"] <= t_end)]
-    ts, total = mem["ts_us"].to_numpy(), mem["allocated"].to_numpy() + baseline
+    if len(before):
+        stale = int(before["allocated"].iloc[-1])
+    else:
+        stale = int(mem["allocated"].iloc[0] - mem["bytes"].iloc[0]) if len(mem) else 0
+    ts, total = mem["ts_us"].to_numpy(), mem["allocated"].to_numpy() - stale + baseline
 
     def at(t):      # allocated just after time t: the last event at or before it
         i = np.searchsorted(ts, t, side="right") - 1
         if i >= 0:
             return int(total[i])
-        return int(total[0] - mem["bytes"].iloc[0]) if ts.size else int(baseline)
+        return int(baseline)
 
     phase_of = np.full(ts.size, "", dtype=object)
     for name, (a, b) in spans.items():
