@@ -191,3 +191,16 @@ def test_ch16_stored_time_panel_rises_with_s_and_states_the_direction():
     rows = [[float(x) for x in ln.split()[1:]] for ln in table[2:] if ln.split() and ln.split()[0].isdigit()]
     assert len(rows) >= 3 and all(a < b for r0, r1 in zip(rows, rows[1:], strict=False)
                                   for a, b in zip(r0, r1, strict=True)), table[:6]
+
+
+def test_cpu_peak_is_measured_from_the_count_at_the_start_of_the_call():
+    # a block allocated under an earlier profiler and freed after it stays in c10's "Total Allocated"
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from labkit.kernels.attention import _peak_bytes
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True):
+        left = torch.ones(1_000_000)
+    del left
+    assert _peak_bytes(lambda: torch.ones(1000), "cpu") == 4000

@@ -239,7 +239,7 @@ def _saved_bytes(fn, exclude) -> tuple[int, object]:
 def _peak_bytes(fn, device: str) -> int:
     """Peak bytes allocated above the level at the start of ``fn()``: CUDA's allocator statistics on a GPU;
     on a CPU the running total of ``torch.profiler``'s memory events ("Total Allocated" of each
-    ``[memory]`` event, counted from the start of profiling)."""
+    ``[memory]`` event, less its value before the first event)."""
     import torch
 
     if torch.device(device).type == "cuda":
@@ -262,9 +262,14 @@ def _peak_bytes(fn, device: str) -> int:
             events = json.load(f).get("traceEvents", [])
     finally:
         os.unlink(path)
-    totals = sorted((float(e["ts"]), int(e["args"]["Total Allocated"])) for e in events
-                    if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0)
-    return max((t for _, t in totals), default=0)
+    rows = sorted((float(e["ts"]), int(e["args"]["Total Allocated"]), int(e["args"].get("Bytes", 0))) for e in events
+                  if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0)
+    if not rows:
+        return 0
+    # the count can start above zero: a block allocated under an earlier profiler and freed after it stays
+    # in c10's "Total Allocated" (labkit.memory.timeline): measure from the count before the first event
+    start = rows[0][1] - rows[0][2]
+    return max(0, max(t for _, t, _ in rows) - start)
 
 
 def _cpu_seconds(fn, *, warmup: int, repeats: int, threads: int) -> list[float]:
