@@ -15,7 +15,8 @@ instructor's markers, no hidden checks):
 - ``copy_of_honest_s1``, ``copy_of_honest_s2`` (2): byte-identical copies of two honest notebooks;
 - ``copied_numbers`` (1): an honest run whose q2 figures are typed in from someone else's run.
 
-The fault of each seed is read with ``labkit.teaching.faults.fault_of``, as an instructor would to build a wrong answer.
+The fault of each seed is read with ``labkit.teaching.faults._fault_of`` (private: the instructor's side, as the
+grader reads it), to build a wrong answer.
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def build(dest: Path) -> list[Path]:
     import nbformat
 
     from labkit.diagnose import FAMILIES
-    from labkit.teaching.faults import fault_of
+    from labkit.teaching.faults import _fault_of  # the instructor's side: seed -> fault
     from labkit.teaching.grading import learner_notebook, load_lab
 
     dest.mkdir(parents=True, exist_ok=True)
@@ -72,7 +73,7 @@ def build(dest: Path) -> list[Path]:
         books[f"honest_s{s}"] = honest(s)
     for s in range(9, 13):
         nb = honest(s)
-        others = [f for f in FAMILIES if f != fault_of(s)[0].family]
+        others = [f for f in FAMILIES if f != _fault_of(s)[0].family]
         wrong = others[s % len(others)]
         _cell(nb, "q3").source += f"\nanswer_q3 = dict(answer_q3, family={wrong!r})   # a wrong family\n" \
                                   'book.submit("q3", answer=answer_q3)'

@@ -213,3 +213,28 @@ def test_a_small_class_graded_end_to_end(tmp_path):
     assert next(r for r in res.rows if r["student"] == "untouched")["timestamp"] == fb["graded_at"]
     assert all(q["feedback"].startswith(f"{qid}:") for qid, q in fb["questions"].items())
     assert (out / "summary.png").is_file()
+
+
+def test_the_lab02_class_script_builds_its_mixed_class(tmp_path):
+    """scripts/lab02_class.py (the ≥ 20-notebook class of issue #33) builds: 21 notebooks, the wrong families
+    differ from each seed's drawn fault, the copies are byte-identical, and it refuses a non-empty folder."""
+    import importlib.util
+
+    from labkit.teaching.faults import _fault_of
+
+    spec = importlib.util.spec_from_file_location("lab02_class", Path(__file__).resolve().parents[1] / "scripts" / "lab02_class.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    paths = mod.build(tmp_path / "class")
+    names = sorted(p.stem for p in paths)
+    assert len(names) == 21 and sum(n.startswith("honest_s") for n in names) == 9
+    for s in range(9, 13):
+        q3 = next(c for c in nbformat.read(tmp_path / "class" / f"wrongfam_s{s}.ipynb", 4).cells
+                  if (c.get("metadata", {}).get("labkit") or {}).get("id") == "q3")
+        wrong = q3.source.rsplit("family=", 1)[1].split(")")[0].strip("'\"")
+        assert wrong != _fault_of(s)[0].family
+    for s in (1, 2):
+        assert (tmp_path / "class" / f"copy_of_honest_s{s}.ipynb").read_bytes() == \
+            (tmp_path / "class" / f"honest_s{s}.ipynb").read_bytes()
+    with pytest.raises(SystemExit, match="not empty"):
+        mod.build(tmp_path / "class")
