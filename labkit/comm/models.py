@@ -42,7 +42,7 @@ CollNet) is the same idea between nodes.
 **α–β models.** A message of m bytes over one link costs α + mβ (α latency, β = 1/bandwidth).
 The ring algorithms (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
 workstations", JPDC 2009; Thakur, Rabenseifner & Gropp, "Optimization of collective communication
-operations in MPICH", IJHPCA 2005, §4) cut the buffer into n chunks: reduce-scatter and all-gather
+operations in MPICH", IJHPCA 2005) cut the buffer into n chunks: reduce-scatter and all-gather
 take n−1 steps of S/n bytes each, all-reduce = reduce-scatter + all-gather = 2(n−1) steps::
 
     t_ring(all_reduce) = 2(n−1)·α + 2·(n−1)/n · S·β
@@ -211,7 +211,7 @@ def ring_steps(op: str, nranks: int) -> int:
 
 
 def ring_time(op: str, size_bytes: float, nranks: int, *, alpha: float, beta: float) -> float:
-    """Ring-model time in seconds: ``ring_steps·α + bus_factor·S·β`` (Thakur et al. 2005 §4).
+    """Ring-model time in seconds: ``ring_steps·α + bus_factor·S·β`` (Thakur et al. 2005).
 
     ``alpha`` = per-step latency (s), ``beta`` = seconds per byte of one link (1/bandwidth).
     Taught in chapter 11 and chapter 23.

@@ -12,7 +12,7 @@ time at stake (``score``: the estimated fraction of step time the bottleneck cos
 Thresholds (:class:`Thresholds`) and why:
 
 - ``mfu_low = 0.30``: tuned dense-transformer training reaches 40–55 % MFU (PaLM 540B 46.2 %,
-  Chowdhery et al. 2022, Table 3; Megatron-LM 175B ≈ 52 %, Korthikanti et al. 2022, Table 5);
+  Chowdhery et al. 2022, Table 3; Megatron-LM 175B 51.4 %, Korthikanti et al. 2022, Table 5);
   below 30 % a run is untuned. Compute is blamed only when the MFU *of the busy time*
   (MFU ÷ (1 − exposed comm − data wait)) is low too — otherwise the time is lost elsewhere.
 - ``comm_exposed = 0.15``: communication not hidden under compute above 15 % of the step is the

@@ -5,7 +5,8 @@
   step time of its rank (every other rank waits for it at the combine all-to-all), so this ratio is the
   slowdown of the expert computation over a balanced router.
 - :func:`balance_loss`: the auxiliary load-balancing loss of Switch Transformers (Fedus, Zoph & Shazeer
-  2022, JMLR 23, §2.2, eq. 4–6; GShard, Lepikhin et al. 2021, §2.2, has the same form):
+  2022, JMLR 23, §2.2, eq. 4–6; GShard, Lepikhin et al. 2021, §2.2 Algorithm 1, has the same form up to
+  a factor 1/E², counting first choices only):
   ``E · Σ_i f_i · P_i`` with ``f_i`` the fraction of token copies dispatched to expert i and ``P_i`` the mean
   router probability of expert i. Both are distributions over the E experts, so the loss is 1.0 under a
   uniform router and at most E (everything on one expert). With top-k routing ``f_i`` counts all k copies of

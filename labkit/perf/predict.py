@@ -19,7 +19,7 @@ The step of one GPU, for a global batch of B sequences of s tokens, is modelled 
 - **DP**: DDP all-reduces the gradients once per step; ZeRO-1/2 reduce-scatter gradients and all-gather
   parameters (same volume; Rajbhandari et al. 2020 §7); ZeRO-3/FSDP all-gather parameters in forward
   and again in backward and reduce-scatter gradients, every micro-batch (1.5× DDP's volume per
-  micro-batch; Zhao et al. 2023 §3). Over the dp·cp group (TP innermost): a ring inside a node, the
+  micro-batch; Zhao et al. 2023 §3.2.1). Over the dp·cp group (TP innermost): a ring inside a node, the
   two-level model of :func:`labkit.comm.models.hierarchical_time` across nodes. DDP/ZeRO-1/2 hide under
   the backward pass of the last micro-batch (Li et al. 2020 §3.2.3), ZeRO-3/FSDP under all the compute
   (prefetch); :func:`labkit.perf.steptime.step_time` says how much stays exposed.

@@ -196,7 +196,7 @@ class BertLargeCase:
 
     def ring_comm_ms(self, n: int) -> float:
         """MODELLED ring all-reduce of the gradients on ``n`` ranks over the 4-GPU link (:meth:`implied_link_bw`):
-        2(n−1)·α + 2(n−1)/n · S / bw (Thakur et al. 2005 §4). 120 ms on 4 ranks, 140 ms on 8."""
+        2(n−1)·α + 2(n−1)/n · S / bw (Thakur et al. 2005). 120 ms on 4 ranks, 140 ms on 8."""
         n = checks.count("n", n, at_least=2)
         return ring_time("all_reduce", self.grad_bytes, n, alpha=_ALPHA_S, beta=1 / self.implied_link_bw()) * 1e3
 
@@ -225,7 +225,7 @@ class BertLargeCase:
 
     def implied_link_bw(self, alpha_s: float = _ALPHA_S) -> float:
         """Bytes/s per direction a ring needs to all-reduce the gradients in ``comm_ms`` on N GPUs:
-        t = 2(N−1)·α + 2(N−1)/N·S/bw solved for bw (Thakur et al. 2005 §4, ``labkit.comm.models``)."""
+        t = 2(N−1)·α + 2(N−1)/N·S/bw solved for bw (Thakur et al. 2005, ``labkit.comm.models``)."""
         a = checks.nonneg("alpha_s", alpha_s)
         t = self.comm_ms / 1e3 - ring_steps("all_reduce", self.n) * a
         if t <= 0:

@@ -55,7 +55,7 @@ def bert_steps(case=None, target: float = TARGET_SPEEDUP) -> list[dict]:
 
 def half_precision_comm_ms(case=None) -> float:
     """The case's all-reduce with 2-byte gradients on the link its 120 ms implies: the ring model (Thakur et al.
-    2005 §4) of half the bytes at :meth:`BertLargeCase.implied_link_bw`. Taught in chapter 30."""
+    2005) of half the bytes at :meth:`BertLargeCase.implied_link_bw`. Taught in chapter 30."""
     c = _case(case)
     return ring_time("all_reduce", c.n_params * 2, c.n, alpha=0.0, beta=1 / c.implied_link_bw(0.0)) * 1e3
 
