@@ -62,7 +62,7 @@ class BertLargeCase:
                       "Devlin et al. 2019, 'BERT', NAACL, §3 (BERT-large: 340M parameters)",
                       "Li et al. 2020, 'PyTorch Distributed', VLDB, §3.2.3 (overlap of all-reduce and backward)",
                       "Thakur et al. 2005, 'Optimization of Collective Communication Operations in MPICH', IJHPCA, "
-                      "§4 (ring all-reduce: 2(N−1) steps, 2(N−1)/N of the data per rank)")
+                      "(all-reduce as reduce-scatter + all-gather: 2(N−1)/N of the data per rank)")
     warnings: tuple = field(default=(), compare=False)
 
     label = "BERT-large"             # the case's name on its ⚠ boxes (a class attribute, not a field)
@@ -327,7 +327,7 @@ def bert_large(**changes) -> BertLargeCase:
                     f"rank grows with 2(N−1)/N ({bf4:.2f} → {bf8:.2f}, ×{bf8 / bf4:.2f}), not with a tree's depth — "
                     "the 'tree depth' explanation contradicts the ring the source itself described",
                     "a speed-up divides the one-GPU time of the same work; a ring all-reduce sends 2(N−1)/N of the "
-                    "data per rank whatever N (Thakur et al. 2005 §4)", SOURCE),
+                    "data per rank whatever N (Thakur et al. 2005)", SOURCE),
         CaseWarning("c", "forward 50 ms / backward 40 ms contradicts backward ≈ 2× forward",
                     f"the {c.compute_ms:.0f} ms splits into forward {c.forward_ms:.0f} ms and backward "
                     f"{c.backward_ms:.0f} ms", f"backward/forward = {c.backward_ms / c.forward_ms:.2f}; "
