@@ -108,6 +108,13 @@ def test_bad_input():
 
 # ---------------------------------------------------------------- live injected bottlenecks
 SMALL = dict(steps=3, warmup_steps=1)   # default sizes: compute injection = 128× smaller GEMMs
+# The compute and memory injections run micro-batches of one sequence, as many per step as the baseline's
+# micro-batch had sequences: 128 at the default sizes, each step tens of thousands of profiled ops (≈ 200 MB of
+# trace per rank) — most of this module's minutes. What their tests check does not grow with that count: the
+# compute run's MFU is that of a one-sequence GEMM however many there are, so it keeps the 128 (the step's other
+# shares are sized against them) over 2 profiled steps; the memory run's verdict rests on what the budget forced
+# (micro-batch 1, recomputation: counts, not timings) and outweighs any wait, so it asks for 32 sequences.
+SIZES = {"compute": dict(steps=2, warmup_steps=1), "memory": dict(SMALL, micro_batch=32)}
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +131,7 @@ def live(tmp_path_factory, copy_session_calibration):
     old = os.environ.get("LABKIT_CACHE_DIR")
     os.environ["LABKIT_CACHE_DIR"] = copy_session_calibration(tmp_path_factory.mktemp("calibrated"))
     try:
-        recs = run_workloads([workload(k, **SMALL) for k in kinds], dirs)
+        recs = run_workloads([workload(k, **SIZES.get(k, SMALL)) for k in kinds], dirs)
     finally:
         os.environ["LABKIT_CACHE_DIR"] = old if old is not None else os.environ.pop("LABKIT_CACHE_DIR")
     assert all(r.peak_source.startswith("calibrated:") for r in recs), recs[0].peak_source

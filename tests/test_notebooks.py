@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -115,3 +116,35 @@ def test_every_notebook_names_the_installed_kernel(entry):
         pytest.skip(f"{entry.path} is planned, not on disk")
     ks = json.loads(path.read_text())["metadata"].get("kernelspec")
     assert ks == notebooks.KERNELSPEC, f"{entry.path}: kernelspec {ks} is not {notebooks.KERNELSPEC}"
+
+
+MINI_LAB = "tests/adversarial/mini_lab/mini_lab.ipynb"
+_NO_IRI = """
+import sys
+
+from labkit.teaching.notebooks import skip_iri_grammar
+
+skip_iri_grammar()
+import jsonschema, nbformat, papermill  # noqa: E401,F401 - what the grader's executor and nbval import
+
+nb = nbformat.read(sys.argv[1], as_version=4)
+nbformat.validate(nb)
+nb.cells[0]["cell_type"] = "no such type"
+try:
+    nbformat.validate(nb)
+except nbformat.ValidationError:
+    print("refused")
+print(sorted(k for k, v in sys.modules.items() if k.startswith("rfc3987_syntax") and v is not None))
+"""
+
+
+def test_a_process_without_the_iri_grammar_still_validates_notebooks():
+    """skip_iri_grammar (the grader's executor, ``python -m labkit``, the nbval run's first plugin) leaves the one
+    package that compiles a grammar at import out of the process: notebooks are still validated (a broken one is
+    refused), and the nbval command loads the plugin before nbval (``-p`` before the installed plugins)."""
+    r = subprocess.run([sys.executable, "-c", _NO_IRI, str(ROOT / MINI_LAB)], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[:2] == ["refused", "[]"], r.stdout
+    cmd = notebooks.nbval_command(ROOT / MINI_LAB)
+    assert cmd[cmd.index("labkit.teaching.nbval_startup") - 1] == "-p" and cmd.index("-p") < cmd.index("--nbval-lax")

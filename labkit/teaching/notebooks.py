@@ -199,6 +199,18 @@ def refresh(path: str | os.PathLike, *, params: dict | None = None) -> float:
     return seconds
 
 
+def skip_iri_grammar() -> None:
+    """Run before nbformat is first imported in a process of labkit's own (the grader's executor, one per
+    submission; ``python -m labkit``): nbformat imports jsonschema, which checks the "iri" formats with
+    rfc3987-syntax where that is installed (jupyter-events pulls it in), and rfc3987-syntax compiles its Lark
+    grammar at import, ≈ 1.4 s of CPU in every such process. Neither nbformat (it validates with no format
+    checker) nor papermill checks a format, so the process goes without that one package; a process that
+    imported it already keeps it (the nbval run of :func:`nbval_command` runs it through the plugin
+    :mod:`labkit.teaching.nbval_startup`). Course tooling behind ``labkit grade`` and ``make test``, taught in no
+    chapter."""
+    sys.modules.setdefault("rfc3987_syntax", None)      # None: its import raises ImportError, which jsonschema skips
+
+
 def nbval_command(copy_path: str | os.PathLike, *, cell_timeout_s: float | None = None) -> list[str]:
     """The ``pytest --nbval-lax`` command that executes a :func:`prepare_nbval` copy once, failing on any cell's
     error and on a ``# NBVAL_CHECK_OUTPUT`` cell whose output differs from the committed one (after
@@ -210,7 +222,8 @@ def nbval_command(copy_path: str | os.PathLike, *, cell_timeout_s: float | None 
         raise ValueError(f"copy_path {str(copy_path)!r} is not a notebook file: give what prepare_nbval returned")
     if cell_timeout_s is not None and not (isinstance(cell_timeout_s, (int, float)) and 0 < cell_timeout_s < 1e6):
         raise ValueError(f"cell_timeout_s {cell_timeout_s!r} is not a number of seconds > 0 (or None)")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--nbval-lax",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+           "-p", "labkit.teaching.nbval_startup", "--nbval-lax",           # skip_iri_grammar, before nbval loads
            "--nbval-sanitize-with", str(repo_root() / "tests" / "nbval_sanitize.cfg"),
            "--nbval-kernel-name", KERNEL]
     if cell_timeout_s is not None:

@@ -241,6 +241,9 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m labkit.teaching.grading.executor SPEC.json", file=sys.stderr)
         return 2
+    from labkit.teaching.notebooks import skip_iri_grammar
+
+    skip_iri_grammar()          # this process imports papermill: one per submission
     spec = json.loads(Path(argv[0]).read_text())
     run(spec)
     return 0
