@@ -336,20 +336,25 @@ def _merge_ops(tables):
 
 
 def _comm_by_type(summaries):
+    """Per collective type: count, seconds, bytes and algbw over every rank — one type's durations and bytes
+    gathered at a time, as flat float arrays in rank order (the sums are numpy's over the same arrays in the
+    same order as a pandas group's, so equal to the bit; no per-collective Python objects)."""
     import pandas as pd
 
     cols = ["type", "count", "total_s", "mean_s", "bytes", "algbw_GBps"]
     if not any(len(s.coll_type) for s in summaries):
         return pd.DataFrame(columns=cols)
-    df = pd.DataFrame({"type": [t for s in summaries for t in s.coll_type],
-                       "dur_us": np.concatenate([s.coll_dur for s in summaries]),
-                       "bytes": np.concatenate([s.coll_bytes for s in summaries])})
+    types = [np.asarray(s.coll_type, dtype=object) for s in summaries]
     out = []
-    for t, g in df.groupby("type"):
-        known = g[g["bytes"].notna()]
-        nbytes = float(known["bytes"].sum()) if len(known) else float("nan")
-        bw = nbytes / (known["dur_us"].sum() * US) / GB if len(known) and known["dur_us"].sum() > 0 \
-            else float("nan")
-        out.append({"type": t, "count": len(g), "total_s": g["dur_us"].sum() * US,
-                    "mean_s": g["dur_us"].mean() * US, "bytes": nbytes, "algbw_GBps": bw})
+    for t in sorted({t for s in summaries for t in s.coll_type}):
+        masks = [ty == t for ty in types]
+        dur = np.concatenate([s.coll_dur[m] for s, m in zip(summaries, masks, strict=True)])
+        nb = np.concatenate([s.coll_bytes[m] for s, m in zip(summaries, masks, strict=True)])
+        known = ~np.isnan(nb)
+        k_dur = dur[known]
+        nbytes = float(nb[known].sum()) if known.any() else float("nan")
+        bw = nbytes / (k_dur.sum() * US) / GB if known.any() and k_dur.sum() > 0 else float("nan")
+        out.append({"type": t, "count": len(dur), "total_s": dur.sum() * US, "mean_s": dur.sum() / len(dur) * US,
+                    "bytes": nbytes, "algbw_GBps": bw})
+        del masks, dur, nb
     return pd.DataFrame(out, columns=cols).sort_values("total_s", ascending=False).reset_index(drop=True)

@@ -264,7 +264,7 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
         steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
     with tempfile.TemporaryDirectory(prefix="labkit-critical-path-") as tmp:
         sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
-                               workers=workers, index_dir=tmp)
+                               workers=workers, index_dir=tmp, fields="path")
         return critical_path_from(sums)
 
 
