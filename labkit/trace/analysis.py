@@ -299,13 +299,12 @@ def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
         if not s.wins:
             raise ValueError(f"trace file {s.path}: no events in the selected steps {sorted(steps or [])}; "
                              f"steps in this trace: {s.step_ids or 'none (no ProfilerStep)'}")
+    table = np.concatenate([s.steps_table for s in summaries])      # one frame built at once: no column copies
     step_df = pd.DataFrame({"rank": np.concatenate([np.full(len(s.wins), s.rank, dtype=np.int64) for s in summaries]),
-                            "step": np.concatenate([np.array([w[0] for w in s.wins], dtype=np.int64)
-                                                    for s in summaries])})
-    table = np.concatenate([s.steps_table for s in summaries])
-    for k, c in enumerate(COLUMNS):
-        step_df[c] = table[:, k]
-    agg = step_df.drop(columns="step").groupby("rank", as_index=False).sum()
+                            "step": np.concatenate([_step_ids(s.wins) for s in summaries]),
+                            **{c: table[:, k] for k, c in enumerate(COLUMNS)}})
+    del table
+    agg = step_df.groupby("rank", as_index=False)[list(COLUMNS)].sum()
     for c in COLUMNS:
         if c != "total":
             agg[c + "_share"] = np.where(agg["total"] > 0, agg[c] / agg["total"], 0.0)
@@ -322,6 +321,12 @@ def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
                          steps=all_steps, breakdown=agg, step_breakdown=step_df, overlap=overlap,
                          comm_by_type=comm_by_type, stragglers=stragglers, collectives=aligned,
                          data_wait_s=data_wait, _ops=ops)
+
+
+def _step_ids(wins) -> np.ndarray:
+    """The step ids of a summary's windows (a :class:`labkit.trace.summary.Windows` or a list of tuples)."""
+    ids = getattr(wins, "ids", None)
+    return ids.astype(np.int64) if ids is not None else np.array([w[0] for w in wins], dtype=np.int64)
 
 
 def _merge_ops(tables):
@@ -344,17 +349,21 @@ def _comm_by_type(summaries):
     cols = ["type", "count", "total_s", "mean_s", "bytes", "algbw_GBps"]
     if not any(len(s.coll_type) for s in summaries):
         return pd.DataFrame(columns=cols)
-    types = [np.asarray(s.coll_type, dtype=object) for s in summaries]
+    kinds = sorted({t for s in summaries for t in s.coll_type})
+    pos = {t: i for i, t in enumerate(kinds)}
+    codes = [np.fromiter((pos[t] for t in s.coll_type), dtype=np.int32, count=len(s.coll_type)) for s in summaries]
     out = []
-    for t in sorted({t for s in summaries for t in s.coll_type}):
-        masks = [ty == t for ty in types]
+    for c, t in enumerate(kinds):
+        masks = [k == c for k in codes]
         dur = np.concatenate([s.coll_dur[m] for s, m in zip(summaries, masks, strict=True)])
         nb = np.concatenate([s.coll_bytes[m] for s, m in zip(summaries, masks, strict=True)])
+        del masks
         known = ~np.isnan(nb)
-        k_dur = dur[known]
-        nbytes = float(nb[known].sum()) if known.any() else float("nan")
+        every = bool(known.all())
+        k_dur = dur if every else dur[known]
+        nbytes = float((nb if every else nb[known]).sum()) if known.any() else float("nan")
         bw = nbytes / (k_dur.sum() * US) / GB if known.any() and k_dur.sum() > 0 else float("nan")
         out.append({"type": t, "count": len(dur), "total_s": dur.sum() * US, "mean_s": dur.sum() / len(dur) * US,
                     "bytes": nbytes, "algbw_GBps": bw})
-        del masks, dur, nb
+        del dur, nb, k_dur
     return pd.DataFrame(out, columns=cols).sort_values("total_s", ascending=False).reset_index(drop=True)
