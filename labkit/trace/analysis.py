@@ -280,7 +280,7 @@ def analyze(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_eve
 
     sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
                            workers=workers)
-    return analysis_of(sums, steps=steps)
+    return _analysis(sums, steps, consume=True)
 
 
 def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
@@ -288,6 +288,12 @@ def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
     :class:`~labkit.trace.breakdown.RankView` in memory, or :func:`labkit.trace.summary.summarize_ranks`,
     streamed), in rank order; ``steps`` only names the selection in an error. Taught in chapter 9.
     """
+    return _analysis(summaries, steps)
+
+
+def _analysis(summaries, steps=None, consume: bool = False) -> TraceAnalysis:
+    """:func:`analysis_of`; ``consume``: each part of the summaries is dropped once the job's tables hold it
+    (only :func:`analyze`, which made them, asks: the parent then holds less than every rank's summary at once)."""
     import pandas as pd
 
     from labkit.trace.summary import check_summaries
@@ -304,6 +310,9 @@ def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
                             "step": np.concatenate([_step_ids(s.wins) for s in summaries]),
                             **{c: table[:, k] for k, c in enumerate(COLUMNS)}})
     del table
+    if consume:
+        for s in summaries:
+            s.steps_table = None
     agg = step_df.groupby("rank", as_index=False)[list(COLUMNS)].sum()
     for c in COLUMNS:
         if c != "total":
@@ -314,8 +323,11 @@ def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
     all_steps = sorted({int(s) for s in step_df["step"]})
     ops = {"kernel": _merge_ops([s.ops_kernel for s in summaries]),
            "cpu_op": _merge_ops([s.ops_cpu for s in summaries])}
-    comm_by_type = _comm_by_type(summaries)
     stragglers, aligned = stragglers_of(summaries)
+    if consume:
+        for s in summaries:
+            s.ops_kernel = s.ops_cpu = s.wins = s.coll_start = s.comp_before = s.coll_end = None
+    comm_by_type = _comm_by_type(summaries)
     data_wait = float(agg["data_wait"].mean())
     return TraceAnalysis(kind=kind, paths=[str(s.path) for s in summaries], ranks=[s.rank for s in summaries],
                          steps=all_steps, breakdown=agg, step_breakdown=step_df, overlap=overlap,

@@ -265,7 +265,7 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
     with tempfile.TemporaryDirectory(prefix="labkit-critical-path-") as tmp:
         sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
                                workers=workers, index_dir=tmp, fields="path")
-        return critical_path_from(sums)
+        return _path_of(sums, consume=True)
 
 
 def critical_path_of(views: list[RankView], *, steps=None) -> CriticalPath:
@@ -284,6 +284,12 @@ def critical_path_from(summaries) -> CriticalPath:
     interval index in memory or on disk); the steps are those the summaries were made over.
 
     Taught in chapter 9."""
+    return _path_of(summaries)
+
+
+def _path_of(summaries, consume: bool = False) -> CriticalPath:
+    """:func:`critical_path_from`; ``consume``: each summary's windows and collectives are dropped once its
+    row of the job's matrices is filled (only :func:`critical_path`, which made them, asks)."""
     from labkit.trace.summary import check_summaries
 
     check_summaries("critical_path_from", summaries)
@@ -319,6 +325,10 @@ def critical_path_from(summaries) -> CriticalPath:
         pos = last[np.searchsorted(ids, shared_arr)]
         bounds[sm.rank] = b[pos, 0]
         first[sm.rank], end[sm.rank] = b[pos[0], 0], b[pos[-1], 1]
+        if consume:
+            sm.wins = sm.coll_start = sm.coll_dur = sm.coll_end = None
+            have[i] = None
+    del have
     smap = {sm.rank: sm for sm in summaries}
     return _job_path(shared, ranks, lambda r: smap[r].class_index(), kind, A, E, X, coll_step, bounds, first, end,
                      per_step)
