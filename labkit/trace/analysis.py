@@ -9,7 +9,8 @@ stragglers (who arrives last at each collective, and how long the others wait fo
 :mod:`labkit.trace.stragglers`). The definitions of every bucket are in :mod:`labkit.trace.breakdown`;
 HTA's own definitions (for a peer check) are in :mod:`labkit.trace.hta`. A folder of ranks is read streamed
 (:mod:`labkit.trace.summary`): each rank is reduced to its summary in a worker, and the job's tables are built
-from the summaries (:func:`analysis_of`), so memory does not grow with the rank count.
+from the summaries (:func:`analysis_of`), each part dropped once the tables hold it: the parent holds a few
+numbers per rank, step and collective (the tables themselves grow so), never a rank's events.
 
 Algorithmic bandwidth is message bytes ÷ time (nccl-tests' ``algbw``,
 https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md); bytes come from

@@ -252,7 +252,8 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
     Arguments as :func:`labkit.trace.analyze`. ValueError when fewer steps than selected are shared by
     every rank. Streamed: each rank is reduced to its summary and interval index in a worker
     (:func:`labkit.trace.summary.summarize_ranks`; the indexes wait in a temporary folder, read back one
-    rank at a time), so memory does not grow with the rank count. Taught in chapter 9.
+    rank at a time); the parent holds the job's rank × collective times, each summary dropped once they
+    hold it, and per step a float per rank (:class:`labkit.trace.pacing.RankSeconds`). Taught in chapter 9.
     """
     import tempfile
 
