@@ -280,7 +280,7 @@ def analyze(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_eve
     from labkit.trace.summary import summarize_ranks
 
     sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
-                           workers=workers)
+                           workers=workers, fields="analysis")
     return _analysis(sums, steps, consume=True)
 
 

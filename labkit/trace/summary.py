@@ -274,6 +274,8 @@ def _summarize_one(args):
     sm = summarize(view, steps, index=False if index_dir is None else Path(index_dir) / f"rank-file-{i}.npz")
     if fields == "path":        # only what the critical path reads comes back (the parent holds every rank's)
         sm.steps_table = sm.coll_type = sm.coll_bytes = sm.comp_before = sm.ops_kernel = sm.ops_cpu = None
+    elif fields == "analysis":  # the breakdown and stragglers never read when a rank left a collective
+        sm.coll_end = None
     return sm
 
 
@@ -284,7 +286,8 @@ def summarize_ranks(path, *, steps=None, allow_mixed: bool = False, max_mb=None,
     rank twice) and arguments. Each file is read and summarised in a worker (``workers`` processes, one
     file each at a time, largest first); only the summary comes back. ``index_dir``: a folder where each
     rank's :class:`ClassIndex` is written (what the critical path classifies by); None builds none.
-    ``steps``: a set of step numbers, or None for all. ``fields``: ``"all"``, or ``"path"`` for only what
+    ``steps``: a set of step numbers, or None for all. ``fields``: ``"all"``; ``"analysis"`` for what
+    :func:`labkit.trace.analysis_of` reads (all but ``coll_end``); ``"path"`` for only what
     :func:`labkit.trace.critical_path_from` reads (identity, windows, collectives' times, index): the breakdown
     rows, op tables, collective types, bytes and compute-before are None, dropped in the worker, so the
     parent holds about half as much per rank. Taught in chapter 9.
@@ -296,7 +299,7 @@ def summarize_ranks(path, *, steps=None, allow_mixed: bool = False, max_mb=None,
     from labkit.trace.runs import _one_per_rank, _pool_map, default_workers
 
     allow_mixed = flag("allow_mixed", allow_mixed)
-    checks.one_of("fields", fields, ("all", "path"))
+    checks.one_of("fields", fields, ("all", "analysis", "path"))
     limits(max_mb, max_events)                      # bad limits fail here, once, not in a worker
     workers = default_workers() if workers is None else checks.count("workers", workers)
     if index_dir is not None and not os.path.isdir(index_dir):
