@@ -19,6 +19,7 @@ from labkit.trace import runs
 from labkit.trace.analysis import analysis_of, analyze
 from labkit.trace.breakdown import RankView, host_wait
 from labkit.trace.critical_path import critical_path, critical_path_from, critical_path_of
+from labkit.trace.pacing import RankSeconds
 from labkit.trace.runs import read_ranks
 from labkit.trace.stragglers import stragglers, stragglers_of
 from labkit.trace.summary import ClassIndex, Windows, check_summaries, summarize, summarize_ranks
@@ -132,6 +133,26 @@ def test_streamed_reader_keeps_no_events_and_indexes_on_disk(jobs, tmp_path, mon
     assert summarize_ranks(jobs["legacy"], workers=1)[0].index_file is None
 
 
+def test_path_fields_walk_the_same_path_and_rank_seconds_read_as_dicts(jobs, tmp_path):
+    """``fields="path"`` drops what the walk does not read, in the worker; the walk is the same. Each step's
+    ``held_s``/``waited_s`` is a RankSeconds over one array: the same items, in the same order, as the dicts."""
+    full = summarize_ranks(jobs["strag"], workers=1, index_dir=tmp_path)
+    slim = summarize_ranks(jobs["strag"], workers=1, index_dir=tmp_path, fields="path")
+    assert all(s.steps_table is None and s.coll_type is None and s.comp_before is None for s in slim)
+    a, b = critical_path_from(full), critical_path_from(slim)
+    assert a.steps == b.steps and a.summary() == b.summary() and a.verdict() == (2, b.verdict()[1])
+    p = next(p for p in a.steps if p.waited_s)
+    assert isinstance(p.held_s, RankSeconds) and isinstance(p.waited_s, RankSeconds)
+    assert list(p.held_s) == [0, 1, 2, 3] and p.pacer not in p.waited_s and len(p.waited_s) == 3
+    assert p.waited_s == {r: p.waited_s[r] for r in (0, 1, 2, 3) if r != p.pacer} != dict(p.held_s)
+    with pytest.raises(KeyError):
+        p.waited_s[p.pacer]
+    keys = ((0, 1, 2), {0: 0, 1: 1, 2: 2})
+    assert RankSeconds.pack({0: 1.5, 2: 0.25}, *keys) == {0: 1.5, 2: 0.25}
+    assert isinstance(RankSeconds.pack({2: 1.0, 0: 2.0}, *keys), dict)     # not in rank order: kept a dict
+    assert repr(RankSeconds.pack({0: 1.0, 1: 2.0, 2: 3.0}, *keys)) == "{0: 1.0, 1: 2.0, 2: 3.0}"
+
+
 def test_bad_inputs_are_named(jobs, tmp_path):
     with pytest.raises(TypeError, match="RankView"):
         summarize("rank0.json")
@@ -151,5 +172,7 @@ def test_bad_inputs_are_named(jobs, tmp_path):
         summarize_ranks(jobs["data"], index_dir=tmp_path / "nope")
     with pytest.raises(ValueError, match="workers"):
         summarize_ranks(jobs["data"], workers=0)
+    with pytest.raises(ValueError, match="fields='steps'"):
+        summarize_ranks(jobs["data"], fields="steps")
     with pytest.raises(ValueError, match="no events in the selected steps"):
         analyze(jobs["data"], steps=[99])

@@ -9,8 +9,8 @@ The face of the trace family; each file is one concept:
 - :mod:`labkit.trace.runs` — ``read_ranks``: every rank of a run, read in a process pool, checked to be
   one run;
 - :mod:`labkit.trace.summary` — each rank's trace reduced (in a worker pool, one file per worker at a time) to
-  what the job-level analyses need: :func:`analyze` and :func:`critical_path` read folders through it, so their
-  memory does not grow with the rank count;
+  what the job-level analyses need: :func:`analyze` and :func:`critical_path` read folders through it, so no
+  rank's events reach the parent: it holds a few numbers per rank, step and collective (the job's own tables);
 - :mod:`labkit.trace.breakdown` — labkit's definitions of compute, exposed/hidden communication,
   memcpy, idle (host wait vs other) and data wait per step window;
 - :mod:`labkit.trace.analysis` — :func:`analyze` and its result :class:`TraceAnalysis` (tables,

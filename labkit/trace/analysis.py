@@ -9,7 +9,8 @@ stragglers (who arrives last at each collective, and how long the others wait fo
 :mod:`labkit.trace.stragglers`). The definitions of every bucket are in :mod:`labkit.trace.breakdown`;
 HTA's own definitions (for a peer check) are in :mod:`labkit.trace.hta`. A folder of ranks is read streamed
 (:mod:`labkit.trace.summary`): each rank is reduced to its summary in a worker, and the job's tables are built
-from the summaries (:func:`analysis_of`), so memory does not grow with the rank count.
+from the summaries (:func:`analysis_of`), each part dropped once the tables hold it: the parent holds a few
+numbers per rank, step and collective (the tables themselves grow so), never a rank's events.
 
 Algorithmic bandwidth is message bytes ÷ time (nccl-tests' ``algbw``,
 https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md); bytes come from
@@ -279,8 +280,8 @@ def analyze(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_eve
     from labkit.trace.summary import summarize_ranks
 
     sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
-                           workers=workers)
-    return analysis_of(sums, steps=steps)
+                           workers=workers, fields="analysis")
+    return _analysis(sums, steps, consume=True)
 
 
 def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
@@ -288,6 +289,12 @@ def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
     :class:`~labkit.trace.breakdown.RankView` in memory, or :func:`labkit.trace.summary.summarize_ranks`,
     streamed), in rank order; ``steps`` only names the selection in an error. Taught in chapter 9.
     """
+    return _analysis(summaries, steps)
+
+
+def _analysis(summaries, steps=None, consume: bool = False) -> TraceAnalysis:
+    """:func:`analysis_of`; ``consume``: each part of the summaries is dropped once the job's tables hold it
+    (only :func:`analyze`, which made them, asks: the parent then holds less than every rank's summary at once)."""
     import pandas as pd
 
     from labkit.trace.summary import check_summaries
@@ -299,13 +306,15 @@ def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
         if not s.wins:
             raise ValueError(f"trace file {s.path}: no events in the selected steps {sorted(steps or [])}; "
                              f"steps in this trace: {s.step_ids or 'none (no ProfilerStep)'}")
+    table = np.concatenate([s.steps_table for s in summaries])      # one frame built at once: no column copies
     step_df = pd.DataFrame({"rank": np.concatenate([np.full(len(s.wins), s.rank, dtype=np.int64) for s in summaries]),
-                            "step": np.concatenate([np.array([w[0] for w in s.wins], dtype=np.int64)
-                                                    for s in summaries])})
-    table = np.concatenate([s.steps_table for s in summaries])
-    for k, c in enumerate(COLUMNS):
-        step_df[c] = table[:, k]
-    agg = step_df.drop(columns="step").groupby("rank", as_index=False).sum()
+                            "step": np.concatenate([_step_ids(s.wins) for s in summaries]),
+                            **{c: table[:, k] for k, c in enumerate(COLUMNS)}})
+    del table
+    if consume:
+        for s in summaries:
+            s.steps_table = None
+    agg = step_df.groupby("rank", as_index=False)[list(COLUMNS)].sum()
     for c in COLUMNS:
         if c != "total":
             agg[c + "_share"] = np.where(agg["total"] > 0, agg[c] / agg["total"], 0.0)
@@ -315,13 +324,22 @@ def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
     all_steps = sorted({int(s) for s in step_df["step"]})
     ops = {"kernel": _merge_ops([s.ops_kernel for s in summaries]),
            "cpu_op": _merge_ops([s.ops_cpu for s in summaries])}
-    comm_by_type = _comm_by_type(summaries)
     stragglers, aligned = stragglers_of(summaries)
+    if consume:
+        for s in summaries:
+            s.ops_kernel = s.ops_cpu = s.wins = s.coll_start = s.comp_before = s.coll_end = None
+    comm_by_type = _comm_by_type(summaries)
     data_wait = float(agg["data_wait"].mean())
     return TraceAnalysis(kind=kind, paths=[str(s.path) for s in summaries], ranks=[s.rank for s in summaries],
                          steps=all_steps, breakdown=agg, step_breakdown=step_df, overlap=overlap,
                          comm_by_type=comm_by_type, stragglers=stragglers, collectives=aligned,
                          data_wait_s=data_wait, _ops=ops)
+
+
+def _step_ids(wins) -> np.ndarray:
+    """The step ids of a summary's windows (a :class:`labkit.trace.summary.Windows` or a list of tuples)."""
+    ids = getattr(wins, "ids", None)
+    return ids.astype(np.int64) if ids is not None else np.array([w[0] for w in wins], dtype=np.int64)
 
 
 def _merge_ops(tables):
@@ -336,20 +354,29 @@ def _merge_ops(tables):
 
 
 def _comm_by_type(summaries):
+    """Per collective type: count, seconds, bytes and algbw over every rank — one type's durations and bytes
+    gathered at a time, as flat float arrays in rank order (the sums are numpy's over the same arrays in the
+    same order as a pandas group's, so equal to the bit; no per-collective Python objects)."""
     import pandas as pd
 
     cols = ["type", "count", "total_s", "mean_s", "bytes", "algbw_GBps"]
     if not any(len(s.coll_type) for s in summaries):
         return pd.DataFrame(columns=cols)
-    df = pd.DataFrame({"type": [t for s in summaries for t in s.coll_type],
-                       "dur_us": np.concatenate([s.coll_dur for s in summaries]),
-                       "bytes": np.concatenate([s.coll_bytes for s in summaries])})
+    kinds = sorted({t for s in summaries for t in s.coll_type})
+    pos = {t: i for i, t in enumerate(kinds)}
+    codes = [np.fromiter((pos[t] for t in s.coll_type), dtype=np.int32, count=len(s.coll_type)) for s in summaries]
     out = []
-    for t, g in df.groupby("type"):
-        known = g[g["bytes"].notna()]
-        nbytes = float(known["bytes"].sum()) if len(known) else float("nan")
-        bw = nbytes / (known["dur_us"].sum() * US) / GB if len(known) and known["dur_us"].sum() > 0 \
-            else float("nan")
-        out.append({"type": t, "count": len(g), "total_s": g["dur_us"].sum() * US,
-                    "mean_s": g["dur_us"].mean() * US, "bytes": nbytes, "algbw_GBps": bw})
+    for c, t in enumerate(kinds):
+        masks = [k == c for k in codes]
+        dur = np.concatenate([s.coll_dur[m] for s, m in zip(summaries, masks, strict=True)])
+        nb = np.concatenate([s.coll_bytes[m] for s, m in zip(summaries, masks, strict=True)])
+        del masks
+        known = ~np.isnan(nb)
+        every = bool(known.all())
+        k_dur = dur if every else dur[known]
+        nbytes = float((nb if every else nb[known]).sum()) if known.any() else float("nan")
+        bw = nbytes / (k_dur.sum() * US) / GB if known.any() and k_dur.sum() > 0 else float("nan")
+        out.append({"type": t, "count": len(dur), "total_s": dur.sum() * US, "mean_s": dur.sum() / len(dur) * US,
+                    "bytes": nbytes, "algbw_GBps": bw})
+        del dur, nb, k_dur
     return pd.DataFrame(out, columns=cols).sort_values("total_s", ascending=False).reset_index(drop=True)

@@ -48,7 +48,7 @@ import numpy as np
 
 from labkit import checks
 from labkit.trace.breakdown import RankView
-from labkit.trace.pacing import _excess, _held, _holds, _lateness, _own_time, _pacer
+from labkit.trace.pacing import RankSeconds, _excess, _held, _holds, _lateness, _own_time, _pacer
 from labkit.trace.stragglers import LATE_MARGIN, binom_tail
 from labkit.units import US
 
@@ -252,7 +252,8 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
     Arguments as :func:`labkit.trace.analyze`. ValueError when fewer steps than selected are shared by
     every rank. Streamed: each rank is reduced to its summary and interval index in a worker
     (:func:`labkit.trace.summary.summarize_ranks`; the indexes wait in a temporary folder, read back one
-    rank at a time), so memory does not grow with the rank count. Taught in chapter 9.
+    rank at a time); the parent holds the job's rank × collective times, each summary dropped once they
+    hold it, and per step a float per rank (:class:`labkit.trace.pacing.RankSeconds`). Taught in chapter 9.
     """
     import tempfile
 
@@ -264,8 +265,8 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
         steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
     with tempfile.TemporaryDirectory(prefix="labkit-critical-path-") as tmp:
         sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
-                               workers=workers, index_dir=tmp)
-        return critical_path_from(sums)
+                               workers=workers, index_dir=tmp, fields="path")
+        return _path_of(sums, consume=True)
 
 
 def critical_path_of(views: list[RankView], *, steps=None) -> CriticalPath:
@@ -284,6 +285,12 @@ def critical_path_from(summaries) -> CriticalPath:
     interval index in memory or on disk); the steps are those the summaries were made over.
 
     Taught in chapter 9."""
+    return _path_of(summaries)
+
+
+def _path_of(summaries, consume: bool = False) -> CriticalPath:
+    """:func:`critical_path_from`; ``consume``: each summary's windows and collectives are dropped once its
+    row of the job's matrices is filled (only :func:`critical_path`, which made them, asks)."""
     from labkit.trace.summary import check_summaries
 
     check_summaries("critical_path_from", summaries)
@@ -291,36 +298,71 @@ def critical_path_from(summaries) -> CriticalPath:
     if len(set(ranks)) != len(ranks):
         raise ValueError(f"critical_path: rank numbers repeat across the traces ({sorted(ranks)}); "
                          "give one trace per rank")
-    wins, colls = {}, {}
-    for sm in summaries:
-        ws = sm.wins
-        wins[sm.rank] = {w[0]: w for w in ws}
-        starts = np.array([w[1] for w in ws])
-        by_step: dict[int, list[int]] = {w[0]: [] for w in ws}
-        for c, t in enumerate(sm.coll_start.tolist()):
-            k = int(np.searchsorted(starts, t, side="right")) - 1
-            if k >= 0:
-                by_step[ws[k][0]].append(c)
-        colls[sm.rank] = by_step
-    shared = sorted(set.intersection(*(set(w) for w in wins.values())))
+    # numpy only, rank by rank (no per-step Python objects: the parent holds this for every rank at once). A
+    # collective belongs to the step of the last window starting at or before it; a repeated step id, its last
+    have = [_steps_of(sm) for sm in summaries]
+    shared_arr = have[0][0]
+    for ids, _, _ in have[1:]:
+        shared_arr = np.intersect1d(shared_arr, ids)
+    shared = [int(s) for s in shared_arr]
     if not shared:
-        have = {r: sorted(w) for r, w in wins.items()}
-        raise ValueError(f"critical_path: no step is in every rank's trace (steps per rank: {have})")
-    smap = {sm.rank: sm for sm in summaries}
+        steps_per = {sm.rank: h[0].tolist() for sm, h in zip(summaries, have, strict=True)}
+        raise ValueError(f"critical_path: no step is in every rank's trace (steps per rank: {steps_per})")
     kind = "gpu" if any(sm.kind == "gpu" for sm in summaries) else "cpu"
     # the n-th collective of a step matched across ranks (the first ones they share where counts differ)
-    per_step = {sid: min(len(colls[r][sid]) for r in ranks) for sid in shared}
-    seq = {r: np.array([c for sid in shared for c in colls[r][sid][:per_step[sid]]], dtype=int) for r in ranks}
-    coll_step = np.array([sid for sid in shared for _ in range(per_step[sid])], dtype=int)
+    per = np.min([_colls_by_step(sm, shared_arr)[2] for sm in summaries], axis=0)    # (again below: not kept)
+    per_step = dict(zip(shared, per.tolist(), strict=True))
+    coll_step = np.repeat(shared_arr, per).astype(int)
     R, n = len(ranks), len(coll_step)
-    A = np.array([smap[r].coll_start[seq[r]] for r in ranks]).reshape(R, n)
-    E = A + np.array([smap[r].coll_dur[seq[r]] for r in ranks]).reshape(R, n)
-    X = np.array([smap[r].coll_end[seq[r]] for r in ranks]).reshape(R, n)   # proven ends (CPU: the cut span)
-    bounds = {r: np.array([wins[r][sid][1] for sid in shared]) for r in ranks}
-    first = {r: wins[r][shared[0]][1] for r in ranks}
-    end = {r: wins[r][shared[-1]][2] for r in ranks}
+    A, E, X = np.empty((R, n)), np.empty((R, n)), np.empty((R, n))   # X: proven ends (CPU: the cut span)
+    offs = np.cumsum(per) - per
+    bounds, first, end = {}, {}, {}
+    for i, (sm, (ids, last, b)) in enumerate(zip(summaries, have, strict=True)):
+        order, lo, _ = _colls_by_step(sm, shared_arr)
+        seq = order[np.arange(n) + np.repeat(lo - offs, per)]
+        A[i] = sm.coll_start[seq]
+        E[i] = A[i] + sm.coll_dur[seq]
+        X[i] = sm.coll_end[seq]
+        pos = last[np.searchsorted(ids, shared_arr)]
+        bounds[sm.rank] = b[pos, 0]
+        first[sm.rank], end[sm.rank] = b[pos[0], 0], b[pos[-1], 1]
+        if consume:
+            sm.wins = sm.coll_start = sm.coll_dur = sm.coll_end = None
+            have[i] = None
+    del have
+    smap = {sm.rank: sm for sm in summaries}
     return _job_path(shared, ranks, lambda r: smap[r].class_index(), kind, A, E, X, coll_step, bounds, first, end,
                      per_step)
+
+
+def _windows(sm):
+    """(step ids, bounds: device start, device end, host start, host end per window) of a summary's windows."""
+    from labkit.trace.summary import Windows
+
+    w = sm.wins if isinstance(sm.wins, Windows) else Windows(list(sm.wins))
+    return w.ids, w.bounds
+
+
+def _steps_of(sm):
+    """A rank's distinct step ids (sorted), the index of the last window of each, and its windows' bounds."""
+    ids, b = _windows(sm)
+    order = np.argsort(ids, kind="stable")
+    s = ids[order]
+    uniq = np.unique(s)
+    return uniq, order[np.searchsorted(s, uniq, side="right") - 1], b
+
+
+def _colls_by_step(sm, shared_arr):
+    """A rank's collectives grouped by step (indices, in time order within a step), where each shared step's
+    group starts, and how many it has."""
+    ids, b = _windows(sm)
+    k = np.searchsorted(b[:, 0], sm.coll_start, side="right") - 1
+    c = np.flatnonzero(k >= 0)
+    sid = ids[k[c]]
+    o = np.argsort(sid, kind="stable")
+    sid, c = sid[o], c[o]
+    lo = np.searchsorted(sid, shared_arr, side="left")
+    return c, lo, np.searchsorted(sid, shared_arr, side="right") - lo
 
 
 def _classify_all(queries, index_of) -> list:
@@ -376,16 +418,17 @@ def _job_path(shared, ranks, index_of, kind, A, E, X, coll_step, bounds, first, 
         for cause, (s, e) in parts:
             pieces[shared[k]].append((ranks[ri], s, e, cause))
     walked = []
+    keys = (tuple(ranks), {r: q for q, r in enumerate(ranks)})     # shared by every step's RankSeconds
     for sid in shared:
         ps = pieces[sid]
         by_rank: dict[int, dict[str, float]] = {}
         for r, s, e, cause in ps:
             by_rank.setdefault(r, dict.fromkeys(CAUSES, 0.0))[cause] += (e - s) * US
         duration = sum(sum(p.values()) for p in by_rank.values())
-        held = _held(np.flatnonzero(coll_step == sid), ranks, hold)
+        held = _held(np.flatnonzero(coll_step == sid), ranks, hold, keys)
         pacer = _pacer(held, by_rank, ranks)
         waited, j, left = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, A, L, last, hold)
-        walked.append((sid, ps, by_rank, duration, held, pacer, waited, j, left))
+        walked.append((sid, ps, by_rank, duration, held, pacer, RankSeconds.pack(waited, *keys), j, left))
     own = _own_time(walked, ranks, index_of, A, X, L, d0)
     steps = []
     for k, (sid, ps, by_rank, duration, held, pacer, waited, j, left) in enumerate(walked):

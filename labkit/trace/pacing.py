@@ -11,6 +11,8 @@ Times are µs in, seconds out (``US``). Taught in chapter 9.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from labkit.units import US
@@ -29,15 +31,57 @@ def _holds(A, E, L, last):
     return last, np.maximum(wait, 0.0), lf, np.maximum(late, 0.0)
 
 
-def _held(in_step, ranks, hold) -> dict[int, float]:
+class RankSeconds(Mapping):
+    """Seconds per rank of one step (``StepPath.held_s``, ``waited_s``): a read-only mapping rank → float over
+    one float array and the job's rank order, shared by every step. It reads, iterates and compares (``==``
+    a dict) as the dict of the same items; it holds 8 bytes a rank where a dict held ~60 — the parent keeps
+    two per step of every rank. ``skip``: the index of the one rank left out (the pacer, in ``waited_s``), or
+    -1. Taught in chapter 9."""
+
+    __slots__ = ("_keys", "_pos", "_v", "_skip")
+
+    def __init__(self, keys: tuple, pos: dict, values: np.ndarray, skip: int = -1):
+        self._keys, self._pos, self._v, self._skip = keys, pos, values, skip
+
+    @classmethod
+    def pack(cls, d: dict, keys: tuple, pos: dict):
+        """``d`` as a :class:`RankSeconds` when its keys are ``keys`` in their order (all, or all but one);
+        else ``d`` itself."""
+        if len(d) == len(keys) and list(d) == list(keys):
+            return cls(keys, pos, np.array(list(d.values()), dtype=float))
+        if len(d) == len(keys) - 1 and d:
+            out = [k for k in keys if k not in d]
+            if len(out) == 1 and list(d) == [k for k in keys if k != out[0]]:
+                skip = pos[out[0]]
+                return cls(keys, pos, np.array([*list(d.values())[:skip], 0.0, *list(d.values())[skip:]]), skip)
+        return d
+
+    def __getitem__(self, r) -> float:
+        i = self._pos.get(r)
+        if i is None or i == self._skip:
+            raise KeyError(r)
+        return float(self._v[i])
+
+    def __iter__(self):
+        return (r for i, r in enumerate(self._keys) if i != self._skip)
+
+    def __len__(self) -> int:
+        return len(self._keys) - (self._skip >= 0)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def _held(in_step, ranks, hold, keys=None):
     """Seconds each rank held the others back at the step's collectives: the others' median wait at those it
-    reached last, plus how much later than the next rank it left those it left last."""
+    reached last, plus how much later than the next rank it left those it left last (a :class:`RankSeconds`
+    when ``keys``, the job's (ranks tuple, positions), is given; else a dict)."""
     held = dict.fromkeys(ranks, 0.0)
     last, wait, lf, late = hold
     for j in in_step.tolist():
         held[ranks[last[j]]] += float(wait[j]) * US
         held[ranks[lf[j]]] += float(late[j]) * US
-    return held
+    return held if keys is None else RankSeconds.pack(held, *keys)
 
 
 def _pacer(held, by_rank, ranks) -> int:

@@ -57,7 +57,7 @@ def stragglers(colls):
     kind = "gpu" if any(getattr(colls[r][0], "kind", "cpu") == "gpu" for r in ranks) else "cpu"
     step_us = float(np.median([w[4] - w[3] for r in ranks for w in colls[r][1]]))
     types = [colls[ranks[0]][2][k]["type"] for k in range(n)]
-    return _table(ranks, kind, types, starts, ends, comp_before, step_us)
+    return _table(ranks, kind, types, starts, ends, [np.median(c) for c in comp_before], step_us)
 
 
 def stragglers_of(summaries):
@@ -70,16 +70,23 @@ def stragglers_of(summaries):
     n = min((len(s.coll_start) for s in sums), default=0)
     if len(sums) < 2 or n == 0:
         return _table([], "cpu", [], None, None, None, 0.0)
-    starts = np.array([s.coll_start[:n] for s in sums])
-    ends = np.array([s.coll_start[:n] + s.coll_dur[:n] for s in sums])
-    comp_before = np.array([s.comp_before[:n] for s in sums])
+    # the job's matrices filled in place, one rank at a time (the parent holds them for every rank at once)
+    starts, ends = np.empty((len(sums), n)), np.empty((len(sums), n))
+    for i, s in enumerate(sums):
+        starts[i] = s.coll_start[:n]
+        np.add(s.coll_start[:n], s.coll_dur[:n], out=ends[i])
+    comp_med = [np.median(s.comp_before[:n]) for s in sums]
     kind = "gpu" if any(s.kind == "gpu" for s in sums) else "cpu"
-    step_us = float(np.median([w[4] - w[3] for s in sums for w in s.wins]))
-    return _table([s.rank for s in sums], kind, sums[0].coll_type[:n], starts, ends, comp_before, step_us)
+    host = [np.asarray([w[3:5] for w in s.wins], dtype=float).reshape(-1, 2) if not hasattr(s.wins, "bounds")
+            else s.wins.bounds[:, 2:4] for s in sums]
+    step_us = float(np.median(np.concatenate([h[:, 1] - h[:, 0] for h in host])))
+    return _table([s.rank for s in sums], kind, sums[0].coll_type[:n], starts, ends, comp_med, step_us)
 
 
-def _table(ranks, kind, types, starts, ends, comp_before, step_us):
-    """The per-rank table and the aligned collectives from the ranks' (rank × n) arrival and end times."""
+def _table(ranks, kind, types, starts, ends, comp_med, step_us):
+    """The per-rank table and the aligned collectives from the ranks' (rank × n) arrival and end times (µs;
+    both overwritten here, into the lateness and the durations: no copies of the job's matrices) and each
+    rank's median compute before a collective."""
     import pandas as pd
 
     cols = ["rank", "n_collectives", "times_last", "mean_late_s", "late_of_step", "median_compute_before_s",
@@ -87,16 +94,16 @@ def _table(ranks, kind, types, starts, ends, comp_before, step_us):
     if not ranks:
         return pd.DataFrame(columns=cols), pd.DataFrame()
     n = starts.shape[1]
-    late = starts - starts.min(axis=0)
+    dur = np.subtract(ends, starts, out=ends)
+    starts -= starts.min(axis=0)
+    late = starts
     last = late.argmax(axis=0)
-    dur = (ends - starts)
-    # time each rank sits in a collective before the last peer arrives (at most the collective's own
-    # duration): waiting for a late peer, not moving bytes
-    peer_wait = np.minimum(late.max(axis=0) - late, dur)
+    late_max = late.max(axis=0)
+    med_dur = float(np.median(dur))
     # step_us, the step a lateness is measured against: the median host span of a step over ranks and steps
     rows = []
     for i, r in enumerate(ranks):
-        times_last = int(((last == i) & (late.max(axis=0) > 0)).sum())
+        times_last = int(((last == i) & (late_max > 0)).sum())
         mean_late = float(late[i].mean()) * US
         late_of_step = float(late[i].mean()) / step_us if step_us > 0 else 0.0
         # a straggler: last at most collectives — more often than chance would make it (one-sided
@@ -105,12 +112,17 @@ def _table(ranks, kind, types, starts, ends, comp_before, step_us):
         # step. With 2 ranks and 3 collectives one of them is always "last at most": that alone is
         # noise, not a straggler; so is a rank a time slice behind on a loaded CPU.
         strag = (times_last > n / 2 and binom_tail(n, times_last, 1 / len(ranks)) < 0.10
-                 and mean_late > 0.1 * float(np.median(dur)) * US and late_of_step >= LATE_MARGIN[kind])
+                 and mean_late > 0.1 * med_dur * US and late_of_step >= LATE_MARGIN[kind])
+        # time the rank sits in a collective before the last peer arrives (at most the collective's own
+        # duration): waiting for a late peer, not moving bytes
+        peer_wait = np.minimum(late_max - late[i], dur[i])
         rows.append({"rank": r, "n_collectives": n, "times_last": times_last, "mean_late_s": mean_late,
                      "late_of_step": late_of_step,
-                     "median_compute_before_s": float(np.median(comp_before[i])), "straggler": bool(strag),
-                     "peer_wait_s": float(peer_wait[i].sum()) * US})
+                     "median_compute_before_s": float(comp_med[i]), "straggler": bool(strag),
+                     "peer_wait_s": float(peer_wait.sum()) * US})
+    skew = late_max * US
+    late *= US
     aligned = pd.DataFrame({"n": np.arange(n), "type": list(types),
-                            "last_rank": [ranks[j] for j in last], "skew_s": late.max(axis=0) * US,
-                            **{f"late_s_rank{r}": late[i] * US for i, r in enumerate(ranks)}})
+                            "last_rank": [ranks[j] for j in last], "skew_s": skew,
+                            **dict(zip([f"late_s_rank{r}" for r in ranks], late, strict=True))})
     return pd.DataFrame(rows, columns=cols), aligned

@@ -262,7 +262,7 @@ def _summarize_one(args):
     from labkit.trace.load import NotATraceError
     from labkit.trace.runs import read_rank
 
-    f, i, steps, max_mb, max_events, index_dir, skip = args
+    f, i, steps, max_mb, max_events, index_dir, skip, fields = args
     try:
         ev = read_rank(f, default_rank=i, max_mb=max_mb, max_events=max_events)
     except NotATraceError:
@@ -271,17 +271,26 @@ def _summarize_one(args):
         return None
     view = RankView(ev)
     del ev
-    return summarize(view, steps, index=False if index_dir is None else Path(index_dir) / f"rank-file-{i}.npz")
+    sm = summarize(view, steps, index=False if index_dir is None else Path(index_dir) / f"rank-file-{i}.npz")
+    if fields == "path":        # only what the critical path reads comes back (the parent holds every rank's)
+        sm.steps_table = sm.coll_type = sm.coll_bytes = sm.comp_before = sm.ops_kernel = sm.ops_cpu = None
+    elif fields == "analysis":  # the breakdown and stragglers never read when a rank left a collective
+        sm.coll_end = None
+    return sm
 
 
 def summarize_ranks(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_events=None,
-                    workers=None, index_dir=None) -> list[RankSummary]:
+                    workers=None, index_dir=None, fields: str = "all") -> list[RankSummary]:
     """Every rank under ``path`` (a file or a folder of per-rank files) as a :class:`RankSummary`, sorted by
     rank — the streamed counterpart of :func:`labkit.trace.runs.read_ranks`, with its checks (one run, no
     rank twice) and arguments. Each file is read and summarised in a worker (``workers`` processes, one
     file each at a time, largest first); only the summary comes back. ``index_dir``: a folder where each
     rank's :class:`ClassIndex` is written (what the critical path classifies by); None builds none.
-    ``steps``: a set of step numbers, or None for all. Taught in chapter 9.
+    ``steps``: a set of step numbers, or None for all. ``fields``: ``"all"``; ``"analysis"`` for what
+    :func:`labkit.trace.analysis_of` reads (all but ``coll_end``); ``"path"`` for only what
+    :func:`labkit.trace.critical_path_from` reads (identity, windows, collectives' times, index): the breakdown
+    rows, op tables, collective types, bytes and compute-before are None, dropped in the worker, so the
+    parent holds about half as much per rank. Taught in chapter 9.
     """
     from labkit import checks
     from labkit.checks import flag
@@ -290,12 +299,13 @@ def summarize_ranks(path, *, steps=None, allow_mixed: bool = False, max_mb=None,
     from labkit.trace.runs import _one_per_rank, _pool_map, default_workers
 
     allow_mixed = flag("allow_mixed", allow_mixed)
+    checks.one_of("fields", fields, ("all", "analysis", "path"))
     limits(max_mb, max_events)                      # bad limits fail here, once, not in a worker
     workers = default_workers() if workers is None else checks.count("workers", workers)
     if index_dir is not None and not os.path.isdir(index_dir):
         raise ValueError(f"index_dir={index_dir!r} is not a folder: give an existing folder or None")
     files = trace_files(path)
-    jobs = [(f, i, steps, max_mb, max_events, index_dir, len(files) > 1) for i, f in enumerate(files)]
+    jobs = [(f, i, steps, max_mb, max_events, index_dir, len(files) > 1, fields) for i, f in enumerate(files)]
     got = _pool_map(_summarize_one, jobs, [f.stat().st_size for f in files], workers)
     ranks = [r for r in got if r is not None]
     return _one_per_rank(ranks, [f.name for f, r in zip(files, got, strict=True) if r is None], path, allow_mixed)
