@@ -157,6 +157,17 @@ def test_size_monitor_grows_as_sigma_squared_and_refuses_the_impossible():
         size_monitor(1.9)
 
 
+def test_size_monitor_floors_the_candidate_window():
+    free = size_monitor(0.01, slowdown=0.25, min_effect=0.12, history_ratio=2)
+    assert free.candidate_runs < 4                    # a quiet figure sizes a window of 1-3 runs ...
+    floored = size_monitor(0.01, slowdown=0.25, min_effect=0.12, history_ratio=2, min_candidate_runs=4)
+    assert (floored.candidate_runs, floored.baseline_runs) == (4, 8)     # ... the floor, and its baseline with it
+    loud = size_monitor(0.05, slowdown=0.25, min_effect=0.12, history_ratio=2)
+    assert size_monitor(0.05, slowdown=0.25, min_effect=0.12, history_ratio=2, min_candidate_runs=4) == loud
+    with pytest.raises(ValueError, match="min_candidate_runs"):
+        size_monitor(0.01, min_candidate_runs=0)
+
+
 def test_series_figures_from_records():
     from labkit.record import RunRecord, Stat
 
