@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -98,11 +99,13 @@ def test_killed_batch_resumes_without_duplicates(tmp_path, calibrated_peaks):
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)   # the grader dies mid-batch (its executors notice and stop)
     proc.wait()
+    scratch = list(Path(tempfile.gettempdir()).glob(f"labkit-cage-{proc.pid}-*"))    # its cages' upper layers
     done_before = {p.stem for p in (out / "feedback").glob("*.json")}
     assert 1 <= len(done_before) < len(names)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"skipped (already graded) {len(done_before)}" in r.stdout
+    assert not [p for p in scratch if p.exists()]      # the resumed batch removed what the killed grader left
     with open(out / "gradebook.csv") as f:
         rows = list(csv.DictReader(f))
     students = [row["student"] for row in rows]
@@ -170,3 +173,24 @@ def test_on_disk_tampering_is_flagged_not_graded(tmp_path):
         assert (protected / "checks.py").read_text() == "OK = True\n"
         assert res.failed == [] and fb["status"] == "tampered" and fb["score"] == 0
         assert fb["tampered"] == [f"changed {protected / 'checks.py'}"]
+
+
+def test_a_dead_graders_cage_scratch_is_removed_and_a_live_ones_kept():
+    from labkit.teaching.grading.isolation import scratch_dir
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    tmp = Path(tempfile.gettempdir())
+    dead = Path(tempfile.mkdtemp(prefix=f"labkit-cage-{gone.pid}-", dir=tmp))
+    (dead / "0" / "work" / "work").mkdir(parents=True)
+    (dead / "0" / "work" / "work").chmod(0)                  # as overlayfs leaves it
+    (dead / "cage.json").write_text("{}")
+    live = Path(tempfile.mkdtemp(prefix=f"labkit-cage-{os.getpid()}-", dir=tmp))
+    (live / "cage.json").write_text("{}")
+    new = scratch_dir()
+    try:
+        assert not dead.exists() and live.exists() and new.is_dir()
+        assert new.name.startswith(f"labkit-cage-{os.getpid()}-")
+    finally:
+        for p in (live, new):
+            shutil.rmtree(p, ignore_errors=True)

@@ -39,7 +39,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -51,7 +50,7 @@ from labkit.teaching.grading import feedback, sandbox, summary
 from labkit.teaching.grading.evidence import sha256_file
 from labkit.teaching.grading.gradebook import FIXED_COLUMNS, read_pending, write_gradebook
 from labkit.teaching.grading.gradebook import write_pending as _write_pending
-from labkit.teaching.grading.isolation import ENTER_FAILED, Cage, isolation
+from labkit.teaching.grading.isolation import ENTER_FAILED, Cage, isolation, scratch_dir
 from labkit.teaching.grading.labfmt import Lab, learner_notebook, load_lab, other_lab, source_copy
 from labkit.teaching.grading.students import Roster, Student, parse_shard, resolve, shard_of, student_of
 
@@ -231,8 +230,7 @@ def grade_one(lab: Lab, sub: Path, student: str, out: Path, cfg: GradeConfig) ->
             "grader_pid": None if prefix else os.getpid(), "caged": bool(prefix)}
     (private / "spec.json").write_text(json.dumps(spec))
     cmd = sandbox.python_cmd() + ["-m", "labkit.teaching.grading.executor", str(private / "spec.json")]
-    cage = Cage(sandbox.cage_roots(lab.dir, out, cfg.protect), [work, run_dir],
-                tempfile.mkdtemp(prefix="labkit-cage-")) if prefix else None
+    cage = Cage(sandbox.cage_roots(lab.dir, out, cfg.protect), [work, run_dir], scratch_dir()) if prefix else None
     t1 = time.perf_counter()
     try:
         rc, killed = _run(cage.command(prefix, cmd, work) if cage else cmd, cwd=work, env=env, limits=lim,
