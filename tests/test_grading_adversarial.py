@@ -99,7 +99,9 @@ def test_killed_batch_resumes_without_duplicates(tmp_path, calibrated_peaks):
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)   # the grader dies mid-batch (its executors notice and stop)
     proc.wait()
-    scratch = list(Path(tempfile.gettempdir()).glob(f"labkit-cage-{proc.pid}-*"))    # its cages' upper layers
+    scratch = [p for p in Path(tempfile.gettempdir()).glob("labkit-cage-*")      # its cages' upper layers
+               if (p / ".labkit-scratch-owner").is_file()
+               and (p / ".labkit-scratch-owner").read_text().split()[0] == str(proc.pid)]
     done_before = {p.stem for p in (out / "feedback").glob("*.json")}
     assert 1 <= len(done_before) < len(names)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -173,24 +175,3 @@ def test_on_disk_tampering_is_flagged_not_graded(tmp_path):
         assert (protected / "checks.py").read_text() == "OK = True\n"
         assert res.failed == [] and fb["status"] == "tampered" and fb["score"] == 0
         assert fb["tampered"] == [f"changed {protected / 'checks.py'}"]
-
-
-def test_a_dead_graders_cage_scratch_is_removed_and_a_live_ones_kept():
-    from labkit.teaching.grading.isolation import scratch_dir
-
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    tmp = Path(tempfile.gettempdir())
-    dead = Path(tempfile.mkdtemp(prefix=f"labkit-cage-{gone.pid}-", dir=tmp))
-    (dead / "0" / "work" / "work").mkdir(parents=True)
-    (dead / "0" / "work" / "work").chmod(0)                  # as overlayfs leaves it
-    (dead / "cage.json").write_text("{}")
-    live = Path(tempfile.mkdtemp(prefix=f"labkit-cage-{os.getpid()}-", dir=tmp))
-    (live / "cage.json").write_text("{}")
-    new = scratch_dir()
-    try:
-        assert not dead.exists() and live.exists() and new.is_dir()
-        assert new.name.startswith(f"labkit-cage-{os.getpid()}-")
-    finally:
-        for p in (live, new):
-            shutil.rmtree(p, ignore_errors=True)

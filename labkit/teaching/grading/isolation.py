@@ -95,42 +95,18 @@ class Cage:
             self.remove()
 
     def remove(self) -> None:
-        _remove_scratch(self.scratch)
+        from labkit.paths import remove_scratch  # not at the top: this file runs as a standard-library script
 
-
-SCRATCH_PREFIX = "labkit-cage-"
+        remove_scratch(self.scratch)
 
 
 def scratch_dir() -> Path:
-    """A new scratch folder for one cage's upper layers, named by the grader's pid
-    (``labkit-cage-<pid>-…`` in the temporary folder). A grader killed by SIGKILL cannot remove its own: the
-    ones whose grader is gone are removed first, so a resumed batch leaves none behind."""
-    tmp = Path(tempfile.gettempdir())
-    for old in tmp.glob(SCRATCH_PREFIX + "*-*"):
-        pid = old.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
-        if pid.isdecimal() and not _alive(int(pid)) and (old / "cage.json").is_file():
-            _remove_scratch(old)
-    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+    """A new scratch folder for one cage's upper layers (``labkit-cage-…`` in the temporary folder). A grader
+    killed by SIGKILL cannot remove its own: those of a grader that is gone are removed when the next is made
+    (:func:`labkit.paths.scratch_dir`), so a resumed batch leaves none behind."""
+    from labkit import paths
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:             # someone else's process: alive
-        return True
-    return True
-
-
-def _remove_scratch(scratch: Path) -> None:
-    for root, dirs, _ in os.walk(scratch):
-        for d in dirs:       # overlayfs leaves its work/work folder mode 000
-            try:
-                os.chmod(Path(root, d), 0o700)
-            except OSError:
-                pass
-    shutil.rmtree(scratch, ignore_errors=True)
+    return paths.scratch_dir("labkit-cage-", at_exit=False)
 
 
 def probe(user_ns: bool) -> str:

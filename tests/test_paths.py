@@ -1,0 +1,78 @@
+"""labkit.paths.scratch_dir: a notebook run's scratch folder is gone when its process or kernel exits."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+
+from labkit.paths import remove_scratch, scratch_dir
+
+
+def test_scratch_dir_is_removed_when_the_process_exits(tmp_path):
+    code = ("from labkit.paths import scratch_dir\n"
+            "p = scratch_dir('ch27-')\n"
+            "(p / 'sub').mkdir(); (p / 'sub' / 'trace.json').write_text('{}')\n"
+            "print(p)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path), "PYTHONPATH": ":".join(sys.path)})
+    made = Path(r.stdout.strip())
+    assert r.returncode == 0, r.stderr
+    assert made.parent == tmp_path and made.name.startswith("ch27-")
+    assert not made.exists()
+
+
+def test_scratch_dir_is_removed_when_a_kernel_shuts_down(tmp_path):
+    """papermill shuts its kernel down at the end, as JupyterLab does on close: the folder goes with it."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(f"import tempfile\ntempfile.tempdir = {str(tmp_path)!r}\n"
+                                          "from labkit.paths import scratch_dir\n"
+                                          "p = scratch_dir('lab10-q3-')\n(p / 'x').write_text('x')\nprint(p)")]
+    src, out = tmp_path / "in.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(nb, src)
+    papermill.execute_notebook(str(src), str(out), kernel_name="python3", progress_bar=False, log_output=False)
+    made = Path(nbformat.read(out, as_version=4).cells[0].outputs[0]["text"].strip())
+    assert made.parent == tmp_path and made.name.startswith("lab10-q3-")
+    assert not made.exists()
+
+
+def test_folders_of_a_killed_process_are_removed_by_the_next_call(tmp_path, monkeypatch):
+    """A kernel killed outright (nbval's SIGKILL) runs no exit handler: the next scratch_dir of its prefix removes
+    its folder, and nothing that is not a dead process's own, in this pid namespace."""
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    here = os.readlink("/proc/self/ns/pid")
+
+    def folder(name, owner):
+        d = tmp_path / name
+        (d / "work" / "work").mkdir(parents=True)
+        if owner is not None:
+            (d / ".labkit-scratch-owner").write_text(owner)
+        return d
+
+    dead = folder("ch27-dead", f"{gone.pid} {here}")
+    (dead / "work" / "work").chmod(0)                                # as overlayfs leaves it
+    live = folder("ch27-live", f"{os.getpid()} {here}")
+    elsewhere = folder("ch27-other-ns", f"{gone.pid} pid:[1]")      # a pid of another namespace means nothing here
+    foreign = folder("ch27-not-ours", None)
+    other_prefix = folder("ch24_dead", f"{gone.pid} {here}")
+    new = scratch_dir("ch27-")
+    assert not dead.exists()
+    assert live.exists() and elsewhere.exists() and foreign.exists() and other_prefix.exists() and new.is_dir()
+    assert (new / ".labkit-scratch-owner").read_text().split() == [str(os.getpid()), here]
+    remove_scratch(new)
+    remove_scratch(new)                                             # already gone: not an error
+    assert not new.exists()
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "../x", 3, "x" * 41])
+def test_scratch_dir_refuses_a_bad_prefix(bad):
+    with pytest.raises(ValueError, match="prefix"):
+        scratch_dir(bad)
