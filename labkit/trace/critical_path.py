@@ -250,10 +250,12 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
     """The cross-rank critical path of every step of a folder of per-rank traces (or one trace file).
 
     Arguments as :func:`labkit.trace.analyze`. ValueError when fewer steps than selected are shared by
-    every rank. Streamed: each rank is reduced to its summary and interval index in a worker
-    (:func:`labkit.trace.summary.summarize_ranks`; the indexes wait in a temporary folder, read back one
-    rank at a time); the parent holds the job's rank × collective times, each summary dropped once they
-    hold it, and per step a float per rank (:class:`labkit.trace.pacing.RankSeconds`). Taught in chapter 9.
+    every rank. Streamed: each rank is reduced in a worker to its interval index and summary arrays, written to a
+    private temporary folder (deleted on any exit) and read back one rank at a time (:mod:`labkit.trace.spill`).
+    The parent holds per rank and collective 24 bytes (arrival, end, proven end: the matrices the walk and the
+    pacing rules read), per rank and step 8 (its step start), 40 where the pacer arrived last somewhere (its own
+    time by cause, :func:`labkit.trace.pacing._own_time`) and 16 in the result (``held_s``/``waited_s``,
+    :class:`labkit.trace.pacing.RankSeconds`). Taught in chapter 9.
     """
     import tempfile
 
@@ -263,10 +265,10 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
         if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
             raise checks.ArgumentTypeError(f"steps={steps!r} must be None or an iterable of step numbers")
         steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
-    with tempfile.TemporaryDirectory(prefix="labkit-critical-path-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="labkit-critical-path-") as tmp:   # private (0700), gone on any exit
         sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
-                               workers=workers, index_dir=tmp, fields="path")
-        return _path_of(sums, consume=True)
+                               workers=workers, index_dir=tmp, fields="path", arrays_dir=tmp)
+        return _path_of(sums)
 
 
 def critical_path_of(views: list[RankView], *, steps=None) -> CriticalPath:
@@ -288,48 +290,48 @@ def critical_path_from(summaries) -> CriticalPath:
     return _path_of(summaries)
 
 
-def _path_of(summaries, consume: bool = False) -> CriticalPath:
-    """:func:`critical_path_from`; ``consume``: each summary's windows and collectives are dropped once its
-    row of the job's matrices is filled (only :func:`critical_path`, which made them, asks)."""
+def _path_of(summaries) -> CriticalPath:
+    """:func:`critical_path_from` on summaries in memory or spilled (:mod:`labkit.trace.spill`): three passes, one
+    rank's arrays at a time: the shared steps, each step's matched collectives, the matrices row by row."""
+    from labkit.trace.spill import rank
     from labkit.trace.summary import check_summaries
 
     check_summaries("critical_path_from", summaries)
     ranks = [s.rank for s in summaries]
     if len(set(ranks)) != len(ranks):
-        raise ValueError(f"critical_path: rank numbers repeat across the traces ({sorted(ranks)}); "
-                         "give one trace per rank")
-    # numpy only, rank by rank (no per-step Python objects: the parent holds this for every rank at once). A
-    # collective belongs to the step of the last window starting at or before it; a repeated step id, its last
-    have = [_steps_of(sm) for sm in summaries]
-    shared_arr = have[0][0]
-    for ids, _, _ in have[1:]:
-        shared_arr = np.intersect1d(shared_arr, ids)
+        raise ValueError(f"critical_path: rank numbers repeat across the traces ({sorted(ranks)}); give one trace per rank")
+    # a collective belongs to the step of the last window starting at or before it; a repeated step id, its last
+    shared_arr = None
+    for sm in summaries:
+        ids = _steps_of(rank(sm, ("wins",)))[0]
+        shared_arr = ids if shared_arr is None else np.intersect1d(shared_arr, ids)
     shared = [int(s) for s in shared_arr]
     if not shared:
-        steps_per = {sm.rank: h[0].tolist() for sm, h in zip(summaries, have, strict=True)}
+        steps_per = {sm.rank: _steps_of(rank(sm, ("wins",)))[0].tolist() for sm in summaries}
         raise ValueError(f"critical_path: no step is in every rank's trace (steps per rank: {steps_per})")
     kind = "gpu" if any(sm.kind == "gpu" for sm in summaries) else "cpu"
     # the n-th collective of a step matched across ranks (the first ones they share where counts differ)
-    per = np.min([_colls_by_step(sm, shared_arr)[2] for sm in summaries], axis=0)    # (again below: not kept)
+    per = None
+    for sm in summaries:
+        got = _colls_by_step(rank(sm, ("wins", "coll_start")), shared_arr)[2]
+        per = got if per is None else np.minimum(per, got)
     per_step = dict(zip(shared, per.tolist(), strict=True))
     coll_step = np.repeat(shared_arr, per).astype(int)
     R, n = len(ranks), len(coll_step)
     A, E, X = np.empty((R, n)), np.empty((R, n)), np.empty((R, n))   # X: proven ends (CPU: the cut span)
     offs = np.cumsum(per) - per
     bounds, first, end = {}, {}, {}
-    for i, (sm, (ids, last, b)) in enumerate(zip(summaries, have, strict=True)):
-        order, lo, _ = _colls_by_step(sm, shared_arr)
+    for i, sm in enumerate(summaries):
+        f = rank(sm, ("wins", "coll_start", "coll_dur", "coll_end"))
+        ids, last, b = _steps_of(f)
+        order, lo, _ = _colls_by_step(f, shared_arr)
         seq = order[np.arange(n) + np.repeat(lo - offs, per)]
-        A[i] = sm.coll_start[seq]
-        E[i] = A[i] + sm.coll_dur[seq]
-        X[i] = sm.coll_end[seq]
+        A[i] = f.coll_start[seq]
+        np.add(A[i], f.coll_dur[seq], out=E[i])
+        X[i] = f.coll_end[seq]
         pos = last[np.searchsorted(ids, shared_arr)]
         bounds[sm.rank] = b[pos, 0]
         first[sm.rank], end[sm.rank] = b[pos[0], 0], b[pos[-1], 1]
-        if consume:
-            sm.wins = sm.coll_start = sm.coll_dur = sm.coll_end = None
-            have[i] = None
-    del have
     smap = {sm.rank: sm for sm in summaries}
     return _job_path(shared, ranks, lambda r: smap[r].class_index(), kind, A, E, X, coll_step, bounds, first, end,
                      per_step)
