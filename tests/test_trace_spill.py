@@ -121,3 +121,15 @@ def test_bad_input(job, tmp_path):
         spill.spill(sm, tmp_path / "y.npz")
     with pytest.raises(ValueError, match="arrays_dir"):
         summarize_ranks(job, arrays_dir=tmp_path / "nope")
+
+
+def test_own_time_in_chunks_of_steps_is_the_same(job, monkeypatch):
+    """critical_path's own-time pass over a few steps at a time (each rank's index read once a chunk) gives the
+    path of one pass over every step."""
+    views = [RankView(ev) for ev in read_ranks(job, workers=1)]
+    sums = [summarize(v) for v in views]
+    whole = critical_path_from(sums)
+    monkeypatch.setattr(cp_mod, "_OWN_STEPS", 2)                # 6 steps: three chunks
+    chunked = critical_path_from(sums)
+    assert len(whole.steps) == 6 and chunked.steps == whole.steps and chunked.summary() == whole.summary()
+    assert any(p.excess_s and p.cause != "comm" for p in whole.steps)   # the own time decided a cause

@@ -144,7 +144,7 @@ def _job_tables(summaries, steps=None):
             raise ValueError(f"trace file {s.path}: no events in the selected steps {sorted(steps or [])}; "
                              f"steps in this trace: {ids or 'none (no ProfilerStep)'}")
     total, R = sum(nw), len(summaries)
-    table = np.empty((total, len(COLUMNS)))
+    table = np.empty((len(COLUMNS), total))           # column-major: it becomes the frame's block, uncopied
     rank_col, step_col, host = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64), np.empty(total)
     order = sorted(range(R), key=lambda i: summaries[i].rank)          # the stragglers' rows: by rank
     row = {i: k for k, i in enumerate(order)}
@@ -156,7 +156,7 @@ def _job_tables(summaries, steps=None):
     for i, s in enumerate(summaries):
         f = rank(s, ("wins", "steps_table", "coll_start", "coll_dur", "comp_before"))
         m = nw[i]
-        table[at:at + m] = f.steps_table
+        table[:, at:at + m] = f.steps_table.T
         rank_col[at:at + m] = s.rank
         step_col[at:at + m] = _step_ids(f.wins)
         b = _bounds(f.wins)
@@ -168,7 +168,9 @@ def _job_tables(summaries, steps=None):
             comp_med[k] = np.median(f.comp_before[:nc])
         at += m
         del f, b
-    step_df = pd.DataFrame({"rank": rank_col, "step": step_col, **{c: table[:, k] for k, c in enumerate(COLUMNS)}})
+    step_df = pd.DataFrame(table.T, columns=list(COLUMNS), copy=False)
+    step_df.insert(0, "step", step_col)
+    step_df.insert(0, "rank", rank_col)
     del table, rank_col, step_col
     if not strag:
         return (step_df, *_table([], "cpu", [], None, None, None, 0.0))
@@ -177,3 +179,34 @@ def _job_tables(summaries, steps=None):
     del host
     types = rank(summaries[order[0]], ("coll_type",)).coll_type[:nc]
     return (step_df, *_table([summaries[i].rank for i in order], kind, types, starts, ends, comp_med, step_us))
+
+
+# a rank's windows and collectives by step (the critical path's alignment: labkit.trace.critical_path)
+def _windows(sm):
+    """(step ids, bounds: device start, device end, host start, host end per window) of a summary's windows."""
+    from labkit.trace.summary import Windows
+
+    w = sm.wins if isinstance(sm.wins, Windows) else Windows(list(sm.wins))
+    return w.ids, w.bounds
+
+
+def _steps_of(sm):
+    """A rank's distinct step ids (sorted), the index of the last window of each, and its windows' bounds."""
+    ids, b = _windows(sm)
+    order = np.argsort(ids, kind="stable")
+    s = ids[order]
+    uniq = np.unique(s)
+    return uniq, order[np.searchsorted(s, uniq, side="right") - 1], b
+
+
+def _colls_by_step(sm, shared_arr):
+    """A rank's collectives grouped by step (indices, in time order within a step), where each shared step's
+    group starts, and how many it has."""
+    ids, b = _windows(sm)
+    k = np.searchsorted(b[:, 0], sm.coll_start, side="right") - 1
+    c = np.flatnonzero(k >= 0)
+    sid = ids[k[c]]
+    o = np.argsort(sid, kind="stable")
+    sid, c = sid[o], c[o]
+    lo = np.searchsorted(sid, shared_arr, side="left")
+    return c, lo, np.searchsorted(sid, shared_arr, side="right") - lo
