@@ -81,7 +81,7 @@ def test_folder_deleted_after_an_error_mid_way(job, private_tmp, monkeypatch, wh
 def test_spilled_summary_reads_back_as_in_memory(job, tmp_path):
     view = RankView(read_ranks(job, workers=1)[1])
     mem, sm = summarize(view, index=False), summarize(view, index=False)
-    spill.spill(sm, tmp_path / "r.npz")
+    sm.spill(tmp_path / "r.npz")
     assert sm.wins is None and sm.coll_start is None and sm.coll_type is None
     assert sm.spilled["n_wins"] == len(mem.wins) and sm.spilled["n_colls"] == len(mem.coll_start)
     assert sum(sm.spilled["types"].values()) == len(mem.coll_type)
@@ -113,12 +113,10 @@ def test_spilled_and_in_memory_paths_agree(job, tmp_path):
 def test_bad_input(job, tmp_path):
     with pytest.raises(TypeError, match="RankSummary"):
         spill.rank("rank0.json")
-    with pytest.raises(TypeError, match="RankSummary"):
-        spill.spill(None, tmp_path / "x.npz")
     sm = summarize(RankView(read_ranks(job, workers=1)[0]), index=False)
-    spill.spill(sm, tmp_path / "x.npz")
+    sm.spill(tmp_path / "x.npz")
     with pytest.raises(ValueError, match="already spilled"):
-        spill.spill(sm, tmp_path / "y.npz")
+        sm.spill(tmp_path / "y.npz")
     with pytest.raises(ValueError, match="arrays_dir"):
         summarize_ranks(job, arrays_dir=tmp_path / "nope")
 

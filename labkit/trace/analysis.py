@@ -328,12 +328,6 @@ def _analysis(summaries, steps=None) -> TraceAnalysis:
                          data_wait_s=data_wait, _ops=ops)
 
 
-def _step_ids(wins) -> np.ndarray:
-    """The step ids of a summary's windows (a :class:`labkit.trace.summary.Windows` or a list of tuples)."""
-    ids = getattr(wins, "ids", None)
-    return ids.astype(np.int64) if ids is not None else np.array([w[0] for w in wins], dtype=np.int64)
-
-
 def _merge_ops(tables):
     import pandas as pd
 

@@ -4,7 +4,7 @@
 :class:`labkit.trace.summary.RankSummary` in a worker. The summary's per-step and per-collective arrays (step
 windows, breakdown rows, the collectives' types, times and bytes, the compute before each) grow with the steps,
 and the parent would hold them for every rank at once. Instead the worker writes them to a private temporary
-folder (one uncompressed ``.npz`` per rank, :func:`spill`) and sends back only the rank's identity and counts
+folder (one uncompressed ``.npz`` per rank, :meth:`labkit.trace.summary.RankSummary.spill`) and sends back only the rank's identity and counts
 (``RankSummary.spilled``: the file, how many windows and collectives, the collectives per type). The parent
 sizes the job's arrays from the counts, then fills them rank by rank (:func:`rank`: one rank's arrays read back,
 its rows copied in, dropped), in as many passes as the job's tables need — the files are small beside the traces.
@@ -21,40 +21,16 @@ Taught in chapter 9 (profiler traces: reading a real job's files).
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 
-__all__ = ["spill", "rank"]
-
-_ARRAYS = ("steps_table", "coll_start", "coll_dur", "coll_bytes", "comp_before", "coll_end")
-
-
-def spill(sm, path) -> None:
-    """Write a summary's per-step and per-collective arrays to ``path`` (an uncompressed ``.npz``) and drop
-    them from it, keeping the file, the counts and the collectives per type in ``sm.spilled``. Chapter 9."""
-    _check("spill", sm)
-    if sm.spilled is not None:
-        raise ValueError(f"spill: the summary of rank {sm.rank} is already spilled to {sm.spilled['file']}")
-    arrays = {k: getattr(sm, k) for k in _ARRAYS if getattr(sm, k) is not None}
-    arrays["wins_ids"], arrays["wins_bounds"] = sm.wins.ids, sm.wins.bounds
-    arrays["step_ids"] = np.asarray(sm.step_ids, dtype=np.int64)
-    types: dict[str, int] = {}
-    if sm.coll_type is not None:
-        names, codes = np.unique(np.asarray(sm.coll_type, dtype=str), return_inverse=True)
-        arrays["type_names"], arrays["type_codes"] = names, codes.astype(np.int32)
-        types = dict(zip(names.tolist(), np.bincount(codes, minlength=len(names)).tolist(), strict=True))
-    np.savez(path, **arrays)
-    sm.spilled = {"file": Path(path), "n_wins": len(sm.wins), "n_colls": len(sm.coll_start), "types": types}
-    sm.wins = sm.step_ids = sm.coll_type = None
-    for k in _ARRAYS:
-        setattr(sm, k, None)
+__all__ = ["rank"]
 
 
 def rank(sm, keys=None):
     """``sm`` itself when its arrays are in memory; else a copy with them read back from its file (only
     ``keys`` among the summary's field names when given). Chapter 9."""
-    from labkit.trace.summary import Windows
+    from labkit.trace.summary import _ARRAYS, Windows
 
     _check("rank", sm)
     if sm.spilled is None:
@@ -122,6 +98,12 @@ def _of_type(summaries, counts, t: str):
     return dur, nb
 
 
+def _step_ids(wins) -> np.ndarray:
+    """The step ids of a summary's windows (a :class:`labkit.trace.summary.Windows` or a list of tuples)."""
+    ids = getattr(wins, "ids", None)
+    return ids.astype(np.int64) if ids is not None else np.array([w[0] for w in wins], dtype=np.int64)
+
+
 def _bounds(wins) -> np.ndarray:
     """(device start, device end, host start, host end) per window of a :class:`Windows` or a list of tuples."""
     b = getattr(wins, "bounds", None)
@@ -133,7 +115,6 @@ def _job_tables(summaries, steps=None):
     into preallocated arrays rank by rank: (step_df, stragglers, aligned). Chapter 9."""
     import pandas as pd
 
-    from labkit.trace.analysis import _step_ids
     from labkit.trace.breakdown import COLUMNS
     from labkit.trace.stragglers import _table
 

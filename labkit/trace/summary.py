@@ -41,6 +41,8 @@ from labkit.units import US
 __all__ = ["RankSummary", "Windows", "ClassIndex", "summarize", "summarize_ranks", "check_summaries"]
 
 _SETS = ("comp", "mem", "dataloader", "comm")
+#: a summary's per-step and per-collective arrays (what :meth:`RankSummary.spill` writes to disk)
+_ARRAYS = ("steps_table", "coll_start", "coll_dur", "coll_bytes", "comp_before", "coll_end")
 
 
 @dataclass
@@ -155,7 +157,7 @@ class RankSummary:
     the windows in time order (type, start, duration, bytes — NaN when unknown — and the compute seconds
     since the previous one); ``ops_kernel``/``ops_cpu``: (name, count, total_s) tables; ``index`` or
     ``index_file``: its :class:`ClassIndex`, in memory or on disk. ``spilled``: None, or where its arrays wait on
-    disk (:func:`labkit.trace.spill.spill`: the file, its counts; the array fields are then None).
+    disk (:meth:`spill`: the file, its counts; the array fields are then None).
     """
 
     path: Path
@@ -181,6 +183,27 @@ class RankSummary:
     index: ClassIndex | None = field(default=None, repr=False)
     index_file: Path | None = None
     spilled: dict | None = None
+
+    def spill(self, path) -> None:
+        """Write the per-step and per-collective arrays to ``path`` (an uncompressed ``.npz``) and drop them,
+        keeping the file, the counts and the collectives per type in ``spilled`` (read back with
+        :func:`labkit.trace.spill.rank`). Chapter 9."""
+        if self.spilled is not None:
+            raise ValueError(f"spill: the summary of rank {self.rank} is already spilled to {self.spilled['file']}")
+        arrays = {k: getattr(self, k) for k in _ARRAYS if getattr(self, k) is not None}
+        arrays["wins_ids"], arrays["wins_bounds"] = self.wins.ids, self.wins.bounds
+        arrays["step_ids"] = np.asarray(self.step_ids, dtype=np.int64)
+        types: dict[str, int] = {}
+        if self.coll_type is not None:
+            names, codes = np.unique(np.asarray(self.coll_type, dtype=str), return_inverse=True)
+            arrays["type_names"], arrays["type_codes"] = names, codes.astype(np.int32)
+            types = dict(zip(names.tolist(), np.bincount(codes, minlength=len(names)).tolist(), strict=True))
+        np.savez(path, **arrays)
+        self.spilled = {"file": Path(path), "n_wins": len(self.wins), "n_colls": len(self.coll_start),
+                        "types": types}
+        self.wins = self.step_ids = self.coll_type = None
+        for k in _ARRAYS:
+            setattr(self, k, None)
 
     def class_index(self) -> ClassIndex:
         """The rank's :class:`ClassIndex` (read from disk when it was kept there)."""
@@ -270,8 +293,6 @@ def _op_table(v: RankView, wins, cat, device):
 def _summarize_one(args):
     from labkit.trace.load import NotATraceError
     from labkit.trace.runs import read_rank
-    from labkit.trace.spill import spill
-
     f, i, steps, max_mb, max_events, index_dir, skip, fields, arrays_dir = args
     try:
         ev = read_rank(f, default_rank=i, max_mb=max_mb, max_events=max_events)
@@ -287,7 +308,7 @@ def _summarize_one(args):
     elif fields == "analysis":  # the breakdown and stragglers never read when a rank left a collective
         sm.coll_end = None
     if arrays_dir is not None:  # only the identity and counts go back; the arrays wait on disk
-        spill(sm, Path(arrays_dir) / f"rank-file-{i}-arrays.npz")
+        sm.spill(Path(arrays_dir) / f"rank-file-{i}-arrays.npz")
     return sm
 
 
@@ -303,7 +324,7 @@ def summarize_ranks(path, *, steps=None, allow_mixed: bool = False, max_mb=None,
     :func:`labkit.trace.critical_path_from` reads (identity, windows, collectives' times, index): the breakdown
     rows, op tables, collective types, bytes and compute-before are None, dropped in the worker, so the
     parent holds about half as much per rank. ``arrays_dir``: a folder where each rank's per-step and
-    per-collective arrays are written (:func:`labkit.trace.spill.spill`; the summaries come back with only
+    per-collective arrays are written (:meth:`RankSummary.spill`; the summaries come back with only
     their identity and counts, read back with :func:`labkit.trace.spill.rank`); None keeps them in the
     summaries. Taught in chapter 9.
     """
