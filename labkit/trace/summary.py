@@ -18,7 +18,8 @@ never need a rank's events themselves, only what each rank's own analysis makes 
 :func:`summarize_ranks` is the streamed reader: each file is read, classified and summarised by one worker
 of a process pool (ranks in parallel, one file per worker at a time), and only the summary comes back, so
 the parent's memory grows with the summaries (a few numbers per step and per collective), not with the
-events. HolisticTraceAnalysis parses every rank in a ``fork`` pool and sends each rank's whole event frame
+events; with ``arrays_dir`` not even with those: the worker writes the summary's arrays there
+(:meth:`RankSummary.spill`) and the parent reads them back one rank at a time (:mod:`labkit.trace.spill`). HolisticTraceAnalysis parses every rank in a ``fork`` pool and sends each rank's whole event frame
 back to the parent, sizing the pool by the free memory over one rank's measured parse (its
 ``parse_multiple_ranks``): its peak grows with the rank count. Here it does not.
 
