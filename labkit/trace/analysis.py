@@ -8,9 +8,15 @@ and algorithmic bandwidth where the trace records message sizes, data-loader wai
 stragglers (who arrives last at each collective, and how long the others wait for it;
 :mod:`labkit.trace.stragglers`). The definitions of every bucket are in :mod:`labkit.trace.breakdown`;
 HTA's own definitions (for a peer check) are in :mod:`labkit.trace.hta`. A folder of ranks is read streamed
-(:mod:`labkit.trace.summary`): each rank is reduced to its summary in a worker, and the job's tables are built
-from the summaries (:func:`analysis_of`), each part dropped once the tables hold it: the parent holds a few
-numbers per rank, step and collective (the tables themselves grow so), never a rank's events.
+(:mod:`labkit.trace.summary`): each rank is reduced to its summary in a worker, which writes the summary's
+arrays to a private temporary folder (:mod:`labkit.trace.spill`, deleted on any exit); the parent fills the
+job's preallocated tables from them one rank at a time (:func:`analysis_of`), never holding every rank's summary
+or any rank's events. What it keeps is the result: per rank and step 80 bytes (``step_breakdown``: rank, step
+and the 8 :data:`~labkit.trace.breakdown.COLUMNS`, a float each), per rank and aligned collective 8
+(``collectives``: a ``late_s_rank<r>`` column per rank), per rank a row of ``breakdown`` and ``stragglers`` and
+its op and kernel tables (name, count, seconds: one row per distinct name, not per step). While the tables are
+built it also holds per rank and step 8 bytes (the host span, for the median step) and per rank and collective
+16 (arrivals and ends, turned in place into the lateness and durations).
 
 Algorithmic bandwidth is message bytes ÷ time (nccl-tests' ``algbw``,
 https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md); bytes come from
@@ -27,7 +33,6 @@ import numpy as np
 
 from labkit import checks
 from labkit.trace.breakdown import COLUMNS
-from labkit.trace.stragglers import stragglers_of
 from labkit.units import GB, US
 
 __all__ = ["analyze", "analysis_of", "TraceAnalysis"]
@@ -277,11 +282,14 @@ def analyze(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_eve
         if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
             raise checks.ArgumentTypeError(f"steps={steps!r} must be None or an iterable of step numbers")
         steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
+    import tempfile
+
     from labkit.trace.summary import summarize_ranks
 
-    sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
-                           workers=workers, fields="analysis")
-    return _analysis(sums, steps, consume=True)
+    with tempfile.TemporaryDirectory(prefix="labkit-analyze-") as tmp:   # private (0700), gone on any exit
+        sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
+                               workers=workers, fields="analysis", arrays_dir=tmp)
+        return _analysis(sums, steps)
 
 
 def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
@@ -292,28 +300,16 @@ def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
     return _analysis(summaries, steps)
 
 
-def _analysis(summaries, steps=None, consume: bool = False) -> TraceAnalysis:
-    """:func:`analysis_of`; ``consume``: each part of the summaries is dropped once the job's tables hold it
-    (only :func:`analyze`, which made them, asks: the parent then holds less than every rank's summary at once)."""
-    import pandas as pd
-
+def _analysis(summaries, steps=None) -> TraceAnalysis:
+    """:func:`analysis_of` on summaries in memory or spilled to disk (:mod:`labkit.trace.spill`), read back one
+    rank at a time into the job's preallocated tables."""
+    from labkit.trace import spill
     from labkit.trace.summary import check_summaries
 
     check_summaries("analysis_of", summaries)
     kinds = {s.kind for s in summaries}
     kind = "gpu" if "gpu" in kinds else "cpu"
-    for s in summaries:
-        if not s.wins:
-            raise ValueError(f"trace file {s.path}: no events in the selected steps {sorted(steps or [])}; "
-                             f"steps in this trace: {s.step_ids or 'none (no ProfilerStep)'}")
-    table = np.concatenate([s.steps_table for s in summaries])      # one frame built at once: no column copies
-    step_df = pd.DataFrame({"rank": np.concatenate([np.full(len(s.wins), s.rank, dtype=np.int64) for s in summaries]),
-                            "step": np.concatenate([_step_ids(s.wins) for s in summaries]),
-                            **{c: table[:, k] for k, c in enumerate(COLUMNS)}})
-    del table
-    if consume:
-        for s in summaries:
-            s.steps_table = None
+    step_df, stragglers, aligned = spill._job_tables(summaries, steps)
     agg = step_df.groupby("rank", as_index=False)[list(COLUMNS)].sum()
     for c in COLUMNS:
         if c != "total":
@@ -324,22 +320,12 @@ def _analysis(summaries, steps=None, consume: bool = False) -> TraceAnalysis:
     all_steps = sorted({int(s) for s in step_df["step"]})
     ops = {"kernel": _merge_ops([s.ops_kernel for s in summaries]),
            "cpu_op": _merge_ops([s.ops_cpu for s in summaries])}
-    stragglers, aligned = stragglers_of(summaries)
-    if consume:
-        for s in summaries:
-            s.ops_kernel = s.ops_cpu = s.wins = s.coll_start = s.comp_before = s.coll_end = None
     comm_by_type = _comm_by_type(summaries)
     data_wait = float(agg["data_wait"].mean())
     return TraceAnalysis(kind=kind, paths=[str(s.path) for s in summaries], ranks=[s.rank for s in summaries],
                          steps=all_steps, breakdown=agg, step_breakdown=step_df, overlap=overlap,
                          comm_by_type=comm_by_type, stragglers=stragglers, collectives=aligned,
                          data_wait_s=data_wait, _ops=ops)
-
-
-def _step_ids(wins) -> np.ndarray:
-    """The step ids of a summary's windows (a :class:`labkit.trace.summary.Windows` or a list of tuples)."""
-    ids = getattr(wins, "ids", None)
-    return ids.astype(np.int64) if ids is not None else np.array([w[0] for w in wins], dtype=np.int64)
 
 
 def _merge_ops(tables):
@@ -355,22 +341,21 @@ def _merge_ops(tables):
 
 def _comm_by_type(summaries):
     """Per collective type: count, seconds, bytes and algbw over every rank — one type's durations and bytes
-    gathered at a time, as flat float arrays in rank order (the sums are numpy's over the same arrays in the
-    same order as a pandas group's, so equal to the bit; no per-collective Python objects)."""
+    gathered at a time into two preallocated float arrays in rank order (:func:`labkit.trace.spill._of_type`: the
+    sums are numpy's over the same arrays in the same order as a pandas group's, so equal to the bit; no
+    per-collective Python objects)."""
     import pandas as pd
 
+    from labkit.trace import spill
+
     cols = ["type", "count", "total_s", "mean_s", "bytes", "algbw_GBps"]
-    if not any(len(s.coll_type) for s in summaries):
+    counts = [spill._type_counts(s) for s in summaries]
+    kinds = sorted({t for c in counts for t in c})
+    if not kinds:
         return pd.DataFrame(columns=cols)
-    kinds = sorted({t for s in summaries for t in s.coll_type})
-    pos = {t: i for i, t in enumerate(kinds)}
-    codes = [np.fromiter((pos[t] for t in s.coll_type), dtype=np.int32, count=len(s.coll_type)) for s in summaries]
     out = []
-    for c, t in enumerate(kinds):
-        masks = [k == c for k in codes]
-        dur = np.concatenate([s.coll_dur[m] for s, m in zip(summaries, masks, strict=True)])
-        nb = np.concatenate([s.coll_bytes[m] for s, m in zip(summaries, masks, strict=True)])
-        del masks
+    for t in kinds:
+        dur, nb = spill._of_type(summaries, counts, t)
         known = ~np.isnan(nb)
         every = bool(known.all())
         k_dur = dur if every else dur[known]

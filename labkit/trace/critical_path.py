@@ -56,6 +56,8 @@ __all__ = ["critical_path", "critical_path_of", "critical_path_from", "CriticalP
 
 #: what a stretch of the path is spent on (see the module docstring for the priority)
 CAUSES = ("compute", "data", "comm", "host", "idle")
+#: steps whose ranks' own time (:func:`labkit.trace.pacing._own_time`, 40 bytes a rank) is held at once
+_OWN_STEPS = 256
 
 
 @dataclass
@@ -250,10 +252,13 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
     """The cross-rank critical path of every step of a folder of per-rank traces (or one trace file).
 
     Arguments as :func:`labkit.trace.analyze`. ValueError when fewer steps than selected are shared by
-    every rank. Streamed: each rank is reduced to its summary and interval index in a worker
-    (:func:`labkit.trace.summary.summarize_ranks`; the indexes wait in a temporary folder, read back one
-    rank at a time); the parent holds the job's rank × collective times, each summary dropped once they
-    hold it, and per step a float per rank (:class:`labkit.trace.pacing.RankSeconds`). Taught in chapter 9.
+    every rank. Streamed: each rank is reduced in a worker to its interval index and summary arrays, written to a
+    private temporary folder (deleted on any exit) and read back one rank at a time (:mod:`labkit.trace.spill`).
+    The parent holds per rank and collective 24 bytes (arrival, end, proven end: the matrices the walk and
+    the pacing rules read; 16 where the proven ends are the ends, as on GPU traces), per rank and step 8 (its
+    step start) and 16 in the result (``held_s``/``waited_s``, :class:`labkit.trace.pacing.RankSeconds`), and
+    each rank's own time by cause (:func:`labkit.trace.pacing._own_time`, 40 bytes a step) for 256 steps at a
+    time. Taught in chapter 9.
     """
     import tempfile
 
@@ -263,10 +268,10 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
         if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
             raise checks.ArgumentTypeError(f"steps={steps!r} must be None or an iterable of step numbers")
         steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
-    with tempfile.TemporaryDirectory(prefix="labkit-critical-path-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="labkit-critical-path-") as tmp:   # private (0700), gone on any exit
         sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
-                               workers=workers, index_dir=tmp, fields="path")
-        return _path_of(sums, consume=True)
+                               workers=workers, index_dir=tmp, fields="path", arrays_dir=tmp)
+        return _path_of(sums)
 
 
 def critical_path_of(views: list[RankView], *, steps=None) -> CriticalPath:
@@ -288,81 +293,56 @@ def critical_path_from(summaries) -> CriticalPath:
     return _path_of(summaries)
 
 
-def _path_of(summaries, consume: bool = False) -> CriticalPath:
-    """:func:`critical_path_from`; ``consume``: each summary's windows and collectives are dropped once its
-    row of the job's matrices is filled (only :func:`critical_path`, which made them, asks)."""
+def _path_of(summaries) -> CriticalPath:
+    """:func:`critical_path_from` on summaries in memory or spilled (:mod:`labkit.trace.spill`): three passes, one
+    rank's arrays at a time: the shared steps, each step's matched collectives, the matrices row by row."""
+    from labkit.trace.spill import _colls_by_step, _steps_of, rank
     from labkit.trace.summary import check_summaries
 
     check_summaries("critical_path_from", summaries)
     ranks = [s.rank for s in summaries]
     if len(set(ranks)) != len(ranks):
-        raise ValueError(f"critical_path: rank numbers repeat across the traces ({sorted(ranks)}); "
-                         "give one trace per rank")
-    # numpy only, rank by rank (no per-step Python objects: the parent holds this for every rank at once). A
-    # collective belongs to the step of the last window starting at or before it; a repeated step id, its last
-    have = [_steps_of(sm) for sm in summaries]
-    shared_arr = have[0][0]
-    for ids, _, _ in have[1:]:
-        shared_arr = np.intersect1d(shared_arr, ids)
+        raise ValueError(f"critical_path: rank numbers repeat across the traces ({sorted(ranks)}); give one trace per rank")
+    # a collective belongs to the step of the last window starting at or before it; a repeated step id, its last
+    shared_arr = None
+    for sm in summaries:
+        ids = _steps_of(rank(sm, ("wins",)))[0]
+        shared_arr = ids if shared_arr is None else np.intersect1d(shared_arr, ids)
     shared = [int(s) for s in shared_arr]
     if not shared:
-        steps_per = {sm.rank: h[0].tolist() for sm, h in zip(summaries, have, strict=True)}
-        raise ValueError(f"critical_path: no step is in every rank's trace (steps per rank: {steps_per})")
+        raise ValueError("critical_path: no step is in every rank's trace (steps per rank: "
+                         f"{ {sm.rank: _steps_of(rank(sm, ('wins',)))[0].tolist() for sm in summaries} })")
     kind = "gpu" if any(sm.kind == "gpu" for sm in summaries) else "cpu"
     # the n-th collective of a step matched across ranks (the first ones they share where counts differ)
-    per = np.min([_colls_by_step(sm, shared_arr)[2] for sm in summaries], axis=0)    # (again below: not kept)
+    per = None
+    for sm in summaries:
+        got = _colls_by_step(rank(sm, ("wins", "coll_start")), shared_arr)[2]
+        per = got if per is None else np.minimum(per, got)
     per_step = dict(zip(shared, per.tolist(), strict=True))
     coll_step = np.repeat(shared_arr, per).astype(int)
     R, n = len(ranks), len(coll_step)
-    A, E, X = np.empty((R, n)), np.empty((R, n)), np.empty((R, n))   # X: proven ends (CPU: the cut span)
+    A, E = np.empty((R, n)), np.empty((R, n))
+    X = E                # proven ends (CPU: the cut span); E itself while they equal the ends (GPU): no copy
     offs = np.cumsum(per) - per
     bounds, first, end = {}, {}, {}
-    for i, (sm, (ids, last, b)) in enumerate(zip(summaries, have, strict=True)):
-        order, lo, _ = _colls_by_step(sm, shared_arr)
+    for i, sm in enumerate(summaries):
+        f = rank(sm, ("wins", "coll_start", "coll_dur", "coll_end"))
+        ids, last, b = _steps_of(f)
+        order, lo, _ = _colls_by_step(f, shared_arr)
         seq = order[np.arange(n) + np.repeat(lo - offs, per)]
-        A[i] = sm.coll_start[seq]
-        E[i] = A[i] + sm.coll_dur[seq]
-        X[i] = sm.coll_end[seq]
+        A[i] = f.coll_start[seq]
+        np.add(A[i], f.coll_dur[seq], out=E[i])
+        x = f.coll_end[seq]
+        if X is E and not np.array_equal(x, E[i]):
+            X = E.copy()                              # rows before i equal E; the rest are filled below
+        if X is not E:
+            X[i] = x
         pos = last[np.searchsorted(ids, shared_arr)]
         bounds[sm.rank] = b[pos, 0]
         first[sm.rank], end[sm.rank] = b[pos[0], 0], b[pos[-1], 1]
-        if consume:
-            sm.wins = sm.coll_start = sm.coll_dur = sm.coll_end = None
-            have[i] = None
-    del have
     smap = {sm.rank: sm for sm in summaries}
     return _job_path(shared, ranks, lambda r: smap[r].class_index(), kind, A, E, X, coll_step, bounds, first, end,
                      per_step)
-
-
-def _windows(sm):
-    """(step ids, bounds: device start, device end, host start, host end per window) of a summary's windows."""
-    from labkit.trace.summary import Windows
-
-    w = sm.wins if isinstance(sm.wins, Windows) else Windows(list(sm.wins))
-    return w.ids, w.bounds
-
-
-def _steps_of(sm):
-    """A rank's distinct step ids (sorted), the index of the last window of each, and its windows' bounds."""
-    ids, b = _windows(sm)
-    order = np.argsort(ids, kind="stable")
-    s = ids[order]
-    uniq = np.unique(s)
-    return uniq, order[np.searchsorted(s, uniq, side="right") - 1], b
-
-
-def _colls_by_step(sm, shared_arr):
-    """A rank's collectives grouped by step (indices, in time order within a step), where each shared step's
-    group starts, and how many it has."""
-    ids, b = _windows(sm)
-    k = np.searchsorted(b[:, 0], sm.coll_start, side="right") - 1
-    c = np.flatnonzero(k >= 0)
-    sid = ids[k[c]]
-    o = np.argsort(sid, kind="stable")
-    sid, c = sid[o], c[o]
-    lo = np.searchsorted(sid, shared_arr, side="left")
-    return c, lo, np.searchsorted(sid, shared_arr, side="right") - lo
 
 
 def _classify_all(queries, index_of) -> list:
@@ -429,10 +409,11 @@ def _job_path(shared, ranks, index_of, kind, A, E, X, coll_step, bounds, first, 
         pacer = _pacer(held, by_rank, ranks)
         waited, j, left = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, A, L, last, hold)
         walked.append((sid, ps, by_rank, duration, held, pacer, RankSeconds.pack(waited, *keys), j, left))
-    own = _own_time(walked, ranks, index_of, A, X, L, d0)
     steps = []
     for k, (sid, ps, by_rank, duration, held, pacer, waited, j, left) in enumerate(walked):
-        excess = _excess(ranks.index(pacer), own[k]) if j is not None else left
+        if k % _OWN_STEPS == 0:     # the ranks' own time, _OWN_STEPS steps at a time (each index read once each)
+            own = _own_time(walked[k:k + _OWN_STEPS], ranks, index_of, A, X, L, d0)
+        excess = _excess(ranks.index(pacer), own[k % _OWN_STEPS]) if j is not None else left
         t0 = min((p[1] for p in ps), default=0.0)
         if excess and max(excess.values()) > 0:
             cause = max(excess, key=excess.get)

@@ -122,7 +122,9 @@ def _table(ranks, kind, types, starts, ends, comp_med, step_us):
                      "peer_wait_s": float(peer_wait.sum()) * US})
     skew = late_max * US
     late *= US
-    aligned = pd.DataFrame({"n": np.arange(n), "type": list(types),
-                            "last_rank": [ranks[j] for j in last], "skew_s": skew,
-                            **dict(zip([f"late_s_rank{r}" for r in ranks], late, strict=True))})
+    # the lateness matrix becomes the frame's block as it is (no copy of the job's rank x collective matrix)
+    aligned = pd.DataFrame(late.T, columns=[f"late_s_rank{r}" for r in ranks], copy=False)
+    for k, v in reversed({"n": np.arange(n), "type": list(types), "last_rank": [ranks[j] for j in last],
+                          "skew_s": skew}.items()):
+        aligned.insert(0, k, v)
     return pd.DataFrame(rows, columns=cols), aligned

@@ -18,7 +18,8 @@ never need a rank's events themselves, only what each rank's own analysis makes 
 :func:`summarize_ranks` is the streamed reader: each file is read, classified and summarised by one worker
 of a process pool (ranks in parallel, one file per worker at a time), and only the summary comes back, so
 the parent's memory grows with the summaries (a few numbers per step and per collective), not with the
-events. HolisticTraceAnalysis parses every rank in a ``fork`` pool and sends each rank's whole event frame
+events; with ``arrays_dir`` not even with those: the worker writes the summary's arrays there
+(:meth:`RankSummary.spill`) and the parent reads them back one rank at a time (:mod:`labkit.trace.spill`). HolisticTraceAnalysis parses every rank in a ``fork`` pool and sends each rank's whole event frame
 back to the parent, sizing the pool by the free memory over one rank's measured parse (its
 ``parse_multiple_ranks``): its peak grows with the rank count. Here it does not.
 
@@ -41,6 +42,8 @@ from labkit.units import US
 __all__ = ["RankSummary", "Windows", "ClassIndex", "summarize", "summarize_ranks", "check_summaries"]
 
 _SETS = ("comp", "mem", "dataloader", "comm")
+#: a summary's per-step and per-collective arrays (what :meth:`RankSummary.spill` writes to disk)
+_ARRAYS = ("steps_table", "coll_start", "coll_dur", "coll_bytes", "comp_before", "coll_end")
 
 
 @dataclass
@@ -121,6 +124,13 @@ class Windows(Sequence):
         self.ids = np.array([w[0] for w in wins], dtype=np.int64)
         self.bounds = np.array([w[1:] for w in wins], dtype=float).reshape(len(wins), 4)
 
+    @classmethod
+    def of_arrays(cls, ids: np.ndarray, bounds: np.ndarray) -> Windows:
+        """The windows of step ``ids`` (int64) and ``bounds`` (rows of four floats), kept as given."""
+        w = cls.__new__(cls)
+        w.ids, w.bounds = ids, bounds
+        return w
+
     def __len__(self) -> int:
         return len(self.ids)
 
@@ -147,7 +157,8 @@ class RankSummary:
     ``steps_table``: one row per window, the :data:`labkit.trace.breakdown.COLUMNS` in seconds; ``coll_*``: the collectives inside
     the windows in time order (type, start, duration, bytes — NaN when unknown — and the compute seconds
     since the previous one); ``ops_kernel``/``ops_cpu``: (name, count, total_s) tables; ``index`` or
-    ``index_file``: its :class:`ClassIndex`, in memory or on disk.
+    ``index_file``: its :class:`ClassIndex`, in memory or on disk. ``spilled``: None, or where its arrays wait on
+    disk (:meth:`spill`: the file, its counts; the array fields are then None).
     """
 
     path: Path
@@ -172,6 +183,28 @@ class RankSummary:
     ops_cpu: object = None
     index: ClassIndex | None = field(default=None, repr=False)
     index_file: Path | None = None
+    spilled: dict | None = None
+
+    def spill(self, path) -> None:
+        """Write the per-step and per-collective arrays to ``path`` (an uncompressed ``.npz``) and drop them,
+        keeping the file, the counts and the collectives per type in ``spilled`` (read back with
+        :func:`labkit.trace.spill.rank`). Chapter 9."""
+        if self.spilled is not None:
+            raise ValueError(f"spill: the summary of rank {self.rank} is already spilled to {self.spilled['file']}")
+        arrays = {k: getattr(self, k) for k in _ARRAYS if getattr(self, k) is not None}
+        arrays["wins_ids"], arrays["wins_bounds"] = self.wins.ids, self.wins.bounds
+        arrays["step_ids"] = np.asarray(self.step_ids, dtype=np.int64)
+        types: dict[str, int] = {}
+        if self.coll_type is not None:
+            names, codes = np.unique(np.asarray(self.coll_type, dtype=str), return_inverse=True)
+            arrays["type_names"], arrays["type_codes"] = names, codes.astype(np.int32)
+            types = dict(zip(names.tolist(), np.bincount(codes, minlength=len(names)).tolist(), strict=True))
+        np.savez(path, **arrays)
+        self.spilled = {"file": Path(path), "n_wins": len(self.wins), "n_colls": len(self.coll_start),
+                        "types": types}
+        self.wins = self.step_ids = self.coll_type = None
+        for k in _ARRAYS:
+            setattr(self, k, None)
 
     def class_index(self) -> ClassIndex:
         """The rank's :class:`ClassIndex` (read from disk when it was kept there)."""
@@ -261,8 +294,7 @@ def _op_table(v: RankView, wins, cat, device):
 def _summarize_one(args):
     from labkit.trace.load import NotATraceError
     from labkit.trace.runs import read_rank
-
-    f, i, steps, max_mb, max_events, index_dir, skip, fields = args
+    f, i, steps, max_mb, max_events, index_dir, skip, fields, arrays_dir = args
     try:
         ev = read_rank(f, default_rank=i, max_mb=max_mb, max_events=max_events)
     except NotATraceError:
@@ -276,11 +308,13 @@ def _summarize_one(args):
         sm.steps_table = sm.coll_type = sm.coll_bytes = sm.comp_before = sm.ops_kernel = sm.ops_cpu = None
     elif fields == "analysis":  # the breakdown and stragglers never read when a rank left a collective
         sm.coll_end = None
+    if arrays_dir is not None:  # only the identity and counts go back; the arrays wait on disk
+        sm.spill(Path(arrays_dir) / f"rank-file-{i}-arrays.npz")
     return sm
 
 
 def summarize_ranks(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_events=None,
-                    workers=None, index_dir=None, fields: str = "all") -> list[RankSummary]:
+                    workers=None, index_dir=None, fields: str = "all", arrays_dir=None) -> list[RankSummary]:
     """Every rank under ``path`` (a file or a folder of per-rank files) as a :class:`RankSummary`, sorted by
     rank — the streamed counterpart of :func:`labkit.trace.runs.read_ranks`, with its checks (one run, no
     rank twice) and arguments. Each file is read and summarised in a worker (``workers`` processes, one
@@ -290,7 +324,10 @@ def summarize_ranks(path, *, steps=None, allow_mixed: bool = False, max_mb=None,
     :func:`labkit.trace.analysis_of` reads (all but ``coll_end``); ``"path"`` for only what
     :func:`labkit.trace.critical_path_from` reads (identity, windows, collectives' times, index): the breakdown
     rows, op tables, collective types, bytes and compute-before are None, dropped in the worker, so the
-    parent holds about half as much per rank. Taught in chapter 9.
+    parent holds about half as much per rank. ``arrays_dir``: a folder where each rank's per-step and
+    per-collective arrays are written (:meth:`RankSummary.spill`; the summaries come back with only
+    their identity and counts, read back with :func:`labkit.trace.spill.rank`); None keeps them in the
+    summaries. Taught in chapter 9.
     """
     from labkit import checks
     from labkit.checks import flag
@@ -302,10 +339,11 @@ def summarize_ranks(path, *, steps=None, allow_mixed: bool = False, max_mb=None,
     checks.one_of("fields", fields, ("all", "analysis", "path"))
     limits(max_mb, max_events)                      # bad limits fail here, once, not in a worker
     workers = default_workers() if workers is None else checks.count("workers", workers)
-    if index_dir is not None and not os.path.isdir(index_dir):
-        raise ValueError(f"index_dir={index_dir!r} is not a folder: give an existing folder or None")
+    for name, d in (("index_dir", index_dir), ("arrays_dir", arrays_dir)):
+        if d is not None and not os.path.isdir(d):
+            raise ValueError(f"{name}={d!r} is not a folder: give an existing folder or None")
     files = trace_files(path)
-    jobs = [(f, i, steps, max_mb, max_events, index_dir, len(files) > 1, fields) for i, f in enumerate(files)]
+    jobs = [(f, i, steps, max_mb, max_events, index_dir, len(files) > 1, fields, arrays_dir) for i, f in enumerate(files)]
     got = _pool_map(_summarize_one, jobs, [f.stat().st_size for f in files], workers)
     ranks = [r for r in got if r is not None]
     return _one_per_rank(ranks, [f.name for f, r in zip(files, got, strict=True) if r is None], path, allow_mixed)
