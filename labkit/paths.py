@@ -6,6 +6,7 @@ runs the same from its own folder, from a test harness's build copy, or from an 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
@@ -108,6 +109,18 @@ def scratch_dir(prefix: str, *, at_exit: bool = True) -> Path:
     if at_exit:
         atexit.register(remove_scratch, p)
     return p
+
+
+@contextlib.contextmanager
+def scratch(prefix: str):
+    """:func:`scratch_dir` for a ``with`` block: the folder is removed when the block ends, however it ends (and,
+    should the process be killed inside it, by the next :func:`scratch_dir` of its ``prefix``). Used by
+    :func:`labkit.trace.analyze` and :func:`labkit.trace.critical_path` for the ranks' summaries (chapter 9)."""
+    folder = scratch_dir(prefix, at_exit=False)
+    try:
+        yield folder
+    finally:
+        remove_scratch(folder)
 
 
 def remove_scratch(folder) -> None:

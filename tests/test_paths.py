@@ -76,3 +76,18 @@ def test_folders_of_a_killed_process_are_removed_by_the_next_call(tmp_path, monk
 def test_scratch_dir_refuses_a_bad_prefix(bad):
     with pytest.raises(ValueError, match="prefix"):
         scratch_dir(bad)
+
+
+def test_scratch_block_removes_its_folder_however_it_ends(tmp_path, monkeypatch):
+    import tempfile
+
+    from labkit.paths import scratch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with scratch("labkit-analyze-") as d:
+        (d / "rank-0.npz").write_bytes(b"x")
+    assert not d.exists()
+    with pytest.raises(RuntimeError, match="mid-way"):
+        with scratch("labkit-analyze-") as d2:
+            raise RuntimeError("mid-way")
+    assert not d2.exists() and list(tmp_path.iterdir()) == []

@@ -282,11 +282,10 @@ def analyze(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_eve
         if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
             raise checks.ArgumentTypeError(f"steps={steps!r} must be None or an iterable of step numbers")
         steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
-    import tempfile
-
+    from labkit.paths import scratch
     from labkit.trace.summary import summarize_ranks
 
-    with tempfile.TemporaryDirectory(prefix="labkit-analyze-") as tmp:   # private (0700), gone on any exit
+    with scratch("labkit-analyze-") as tmp:      # private (0700), gone on any exit (after a kill: labkit.paths)
         sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
                                workers=workers, fields="analysis", arrays_dir=tmp)
         return _analysis(sums, steps)

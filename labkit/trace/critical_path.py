@@ -260,15 +260,14 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
     each rank's own time by cause (:func:`labkit.trace.pacing._own_time`, 40 bytes a step) for 256 steps at a
     time. Taught in chapter 9.
     """
-    import tempfile
-
+    from labkit.paths import scratch
     from labkit.trace.summary import summarize_ranks
 
     if steps is not None:
         if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
             raise checks.ArgumentTypeError(f"steps={steps!r} must be None or an iterable of step numbers")
         steps = {checks.count(f"steps[{i}]", s, at_least=0) for i, s in enumerate(steps)}
-    with tempfile.TemporaryDirectory(prefix="labkit-critical-path-") as tmp:   # private (0700), gone on any exit
+    with scratch("labkit-critical-path-") as tmp:      # private (0700), gone on any exit (after a kill: labkit.paths)
         sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
                                workers=workers, index_dir=tmp, fields="path", arrays_dir=tmp)
         return _path_of(sums)

@@ -98,18 +98,6 @@ def _of_type(summaries, counts, t: str):
     return dur, nb
 
 
-def _step_ids(wins) -> np.ndarray:
-    """The step ids of a summary's windows (a :class:`labkit.trace.summary.Windows` or a list of tuples)."""
-    ids = getattr(wins, "ids", None)
-    return ids.astype(np.int64) if ids is not None else np.array([w[0] for w in wins], dtype=np.int64)
-
-
-def _bounds(wins) -> np.ndarray:
-    """(device start, device end, host start, host end) per window of a :class:`Windows` or a list of tuples."""
-    b = getattr(wins, "bounds", None)
-    return b if b is not None else np.asarray([w[1:5] for w in wins], dtype=float).reshape(-1, 4)
-
-
 def _job_tables(summaries, steps=None):
     """The job's step table and stragglers tables (:func:`labkit.trace.stragglers.stragglers_of`'s), built
     into preallocated arrays rank by rank: (step_df, stragglers, aligned). Chapter 9."""
@@ -139,8 +127,7 @@ def _job_tables(summaries, steps=None):
         m = nw[i]
         table[:, at:at + m] = f.steps_table.T
         rank_col[at:at + m] = s.rank
-        step_col[at:at + m] = _step_ids(f.wins)
-        b = _bounds(f.wins)
+        step_col[at:at + m], b = _windows(f)
         np.subtract(b[:, 3], b[:, 2], out=host[at:at + m])
         if strag:
             k = row[i]
