@@ -88,27 +88,37 @@ def scratch_dir(prefix: str, *, at_exit: bool = True) -> Path:
     """A new, empty folder in the temporary folder for what one run of a notebook makes and nothing reads
     afterwards (the traces, checkpoints and dumps of a chapter's live jobs), removed with everything in it when
     the process exits (``atexit``: a Jupyter kernel's shutdown, papermill's included; ``at_exit=False`` leaves it
-    to the caller). A kernel killed outright (nbval stops its kernels with SIGKILL) runs no exit handler, so the
-    folders of this ``prefix`` whose process is gone — same pid namespace, pid no longer running — are removed
-    first: running a chapter again and again does not fill ``/tmp`` (chapter 27 left 256 MB there per run).
+    to the caller). A kernel killed outright (nbval stops its kernels with SIGKILL) runs no exit handler, so
+    :func:`sweep_scratch` runs first: running a chapter again and again does not fill ``/tmp`` (chapter 27 left
+    256 MB there per run).
     What should stay goes in :func:`work_dir`. ``prefix``: the folder name's start, 1-40 letters, digits, ``_``,
     ``.`` or ``-``. Used by chapters 24, 26, 27, lab 10 and the grader's cages.
     """
     if not isinstance(prefix, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", prefix):
         raise ValueError(f"prefix={prefix!r} is not valid: give 1-40 letters, digits, '_', '.' or '-'")
-    here = _pid_namespace()
-    for old in Path(tempfile.gettempdir()).glob(prefix + "*"):
+    sweep_scratch()
+    p = Path(tempfile.mkdtemp(prefix=prefix))
+    (p / _OWNER).write_text(f"{os.getpid()} {_pid_namespace()}\n")
+    if at_exit:
+        atexit.register(remove_scratch, p)
+    return p
+
+
+def sweep_scratch() -> list[Path]:
+    """Remove the scratch folders (:func:`scratch_dir`'s, any prefix) in the temporary folder whose process is
+    gone: same pid namespace as this one, pid no longer running (a pid of another namespace — a grader's cage —
+    means nothing here, so those are left). Returns the folders removed. Run by :func:`scratch_dir` and at the end
+    of a ``make test`` nbval run (:mod:`labkit.teaching.nbval_startup`), whose kernels are killed, not shut down."""
+    here, gone = _pid_namespace(), []
+    for old in Path(tempfile.gettempdir()).iterdir():
         try:
             pid, ns = (old / _OWNER).read_text().split()
         except (OSError, ValueError):
             continue                     # not a scratch folder of labkit's
         if ns == here and pid.isdecimal() and not _running(int(pid)):
             remove_scratch(old)
-    p = Path(tempfile.mkdtemp(prefix=prefix))
-    (p / _OWNER).write_text(f"{os.getpid()} {here}\n")
-    if at_exit:
-        atexit.register(remove_scratch, p)
-    return p
+            gone.append(old)
+    return gone
 
 
 @contextlib.contextmanager
