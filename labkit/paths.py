@@ -124,7 +124,7 @@ def sweep_scratch() -> list[Path]:
 @contextlib.contextmanager
 def scratch(prefix: str):
     """:func:`scratch_dir` for a ``with`` block: the folder is removed when the block ends, however it ends (and,
-    should the process be killed inside it, by the next :func:`scratch_dir` of its ``prefix``). Used by
+    should the process be killed inside it, by the next :func:`scratch_dir` or :func:`sweep_scratch`). Used by
     :func:`labkit.trace.analyze` and :func:`labkit.trace.critical_path` for the ranks' summaries (chapter 9)."""
     folder = scratch_dir(prefix, at_exit=False)
     try:
