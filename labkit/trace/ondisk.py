@@ -1,0 +1,177 @@
+"""A job's result tables kept on disk: written a piece at a time, read back a slab at a time, or whole on demand.
+
+At job size the results of :func:`labkit.trace.analyze` and :func:`labkit.trace.critical_path` are themselves
+ranks × steps (``step_breakdown``: 80 bytes a rank and step) and ranks × collectives (each rank's lateness, the
+walk's arrival and end times): held in the analysing process they made its memory grow with the rank count,
+1.29 MB a rank at 128 ranks × 6,326 steps (issue #35). Here they go to files, written with ``pwrite`` and read
+with ``preadv`` into the caller's buffer. Nothing is memory-mapped: a file's pages sit in the kernel's page cache,
+not in the process, so only the slab being worked on counts in its resident memory, whatever the rank count.
+
+- :class:`Matrix` — a rows × cols array in one row-major file: filled a row (or part of one) at a time, read as a
+  block of rows and columns (a column slab: every rank's values of a range of collectives).
+- :func:`median` — the exact median of values read in chunks, in memory bounded by ``budget`` elements
+  (numpy's own ``np.median`` of the values, to the bit).
+- :class:`Lazy` — a table read from its files the first time it is asked for.
+- :func:`results_dir` — the folder a result object's files live in: removed when the object is garbage
+  collected, at process exit, or (a killed process's) by the next :func:`labkit.paths.sweep_scratch`.
+
+Taught in chapter 9 (profiler traces: reading a real job's files).
+"""
+from __future__ import annotations
+
+import os
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["Matrix", "median", "Lazy", "results_dir", "SLAB_BYTES"]
+
+#: bytes a column slab may hold (the working set of a chunked pass over a ranks × collectives matrix)
+SLAB_BYTES = 4 << 20
+
+
+class Matrix:
+    """A ``rows × cols`` array of ``dtype`` in the file ``path`` (created, private), row-major. Chapter 9."""
+
+    def __init__(self, path, rows: int, cols: int, dtype=np.float64):
+        self.path, self.shape, self.dtype = Path(path), (int(rows), int(cols)), np.dtype(dtype)
+        if self.shape[0] < 0 or self.shape[1] < 0:
+            raise ValueError(f"Matrix shape {self.shape} must not be negative")
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._closer = weakref.finalize(self, os.close, self._fd)
+        os.ftruncate(self._fd, self.shape[0] * self.shape[1] * self.dtype.itemsize)
+
+    def _at(self, i: int, j: int) -> int:
+        return (i * self.shape[1] + j) * self.dtype.itemsize
+
+    def write(self, i: int, values, j0: int = 0) -> None:
+        """Row ``i``'s columns ``j0 …`` from ``values`` (1-D)."""
+        v = np.ascontiguousarray(values, dtype=self.dtype).reshape(-1)
+        if not (0 <= i < self.shape[0] and 0 <= j0 and j0 + len(v) <= self.shape[1]):
+            raise IndexError(f"row {i}, columns {j0}:{j0 + len(v)} are outside the matrix {self.shape}")
+        if len(v):
+            os.pwrite(self._fd, memoryview(v).cast("B"), self._at(i, j0))
+
+    def write_block(self, values, j0: int = 0, i0: int = 0) -> None:
+        """Rows ``i0 …`` and columns ``j0 …`` from the 2-D ``values`` (one write per row)."""
+        for k, row in enumerate(np.asarray(values)):
+            self.write(i0 + k, row, j0)
+
+    def read(self, i0: int = 0, i1: int | None = None, j0: int = 0, j1: int | None = None, out=None) -> np.ndarray:
+        """Rows ``i0:i1`` × columns ``j0:j1`` (a new array, or ``out``'s first rows and columns)."""
+        i1 = self.shape[0] if i1 is None else i1
+        j1 = self.shape[1] if j1 is None else j1
+        if not (0 <= i0 <= i1 <= self.shape[0] and 0 <= j0 <= j1 <= self.shape[1]):
+            raise IndexError(f"rows {i0}:{i1}, columns {j0}:{j1} are outside the matrix {self.shape}")
+        if out is None:
+            out = np.empty((i1 - i0, j1 - j0), dtype=self.dtype)
+        else:
+            out = out[:i1 - i0, :j1 - j0]
+        if j1 > j0:
+            if j0 == 0 and j1 == self.shape[1] and out.flags.c_contiguous:      # whole rows: one read
+                _read_into(self._fd, out, self._at(i0, 0))
+            else:
+                buf = np.empty(j1 - j0, dtype=self.dtype)
+                for k in range(i1 - i0):
+                    _read_into(self._fd, buf, self._at(i0 + k, j0))
+                    out[k] = buf
+        return out
+
+    def slab_cols(self, rows: int | None = None) -> int:
+        """How many columns of ``rows`` rows (all by default) fit in :data:`SLAB_BYTES` (at least 1)."""
+        rows = self.shape[0] if rows is None else rows
+        return max(1, SLAB_BYTES // max(1, rows * self.dtype.itemsize))
+
+    def close(self) -> None:
+        self._closer()
+
+
+def _read_into(fd: int, arr: np.ndarray, offset: int) -> None:
+    mv = memoryview(arr).cast("B")
+    got = 0
+    while got < len(mv):
+        n = os.preadv(fd, [mv[got:]], offset + got)
+        if n <= 0:
+            raise OSError(f"short read of {len(mv)} bytes at offset {offset}: got {got}")
+        got += n
+
+
+def median(chunks, n: int, budget: int = SLAB_BYTES // 8) -> float:
+    """The median of ``n`` values that ``chunks()`` yields as 1-D float arrays (a fresh iterator per call: the
+    values are read again on each pass), holding at most ``budget`` of them at once. Equal to the bit to
+    ``np.median`` of all of them: the one or two middle order statistics, found by narrowing a value range
+    (pass: count the values below it, and bin those inside it) until the values inside fit in ``budget``.
+    Chapter 9."""
+    if n <= 0:
+        return float("nan")
+    ks = [(n - 1) // 2, n // 2]
+    vals = [_select(chunks, n, k, budget) for k in sorted(set(ks))]
+    lo, hi = vals[0], vals[-1]
+    return float(np.mean(np.array([lo, hi]))) if ks[0] != ks[1] else float(lo)
+
+
+def _select(chunks, n: int, k: int, budget: int) -> float:
+    """The ``k``-th smallest (0-based) of the values, in bounded memory."""
+    lo, hi = -np.inf, np.inf               # the answer is in [lo, hi]; `below`: values < lo
+    below = 0
+    while True:
+        inside = 0
+        for c in chunks():
+            inside += int(np.count_nonzero((c >= lo) & (c <= hi)))
+        if inside <= budget:
+            got = np.concatenate([c[(c >= lo) & (c <= hi)] for c in chunks()] or [np.empty(0)])
+            return float(np.partition(got, k - below)[k - below])
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            lo = min((float(c.min()) for c in chunks() if len(c)), default=0.0)
+            hi = max((float(c.max()) for c in chunks() if len(c)), default=0.0)
+            continue
+        if lo == hi:
+            return float(lo)
+        edges = np.linspace(lo, hi, 4097)
+        counts = np.zeros(4096, dtype=np.int64)
+        for c in chunks():
+            v = c[(c >= lo) & (c <= hi)]
+            counts += np.histogram(v, bins=edges)[0]
+        cum = below + np.cumsum(counts)
+        b = int(np.searchsorted(cum, k, side="right"))
+        new_lo, new_hi = float(edges[b]), float(edges[b + 1])
+        below = int(cum[b - 1]) if b else below
+        # np.histogram's last bin is closed, the others half-open: [new_lo, new_hi) except the last
+        if b < 4095:
+            new_hi = float(np.nextafter(new_hi, -np.inf))
+        if new_lo >= new_hi or (new_lo, new_hi) == (lo, hi):      # one or two floats left: count them
+            at_lo = sum(int(np.count_nonzero(c == new_lo)) for c in chunks())
+            return new_lo if k - below < at_lo else float(np.nextafter(new_lo, np.inf))
+        lo, hi = new_lo, new_hi
+
+
+class Lazy:
+    """A table read from disk by ``load()`` the first time :meth:`get` is called, then held. Chapter 9."""
+
+    __slots__ = ("_load", "_value", "nbytes")
+
+    def __init__(self, load, nbytes: int = 0):
+        self._load, self._value, self.nbytes = load, None, int(nbytes)
+
+    def get(self):
+        if self._load is not None:
+            self._value, self._load = self._load(), None
+        return self._value
+
+    @property
+    def loaded(self) -> bool:
+        return self._load is None
+
+    def __repr__(self) -> str:
+        return "<loaded table>" if self.loaded else f"<table on disk, {self.nbytes / 2**20:.1f} MB>"
+
+
+def results_dir(owner, prefix: str = "labkit-results-") -> Path:
+    """A private folder (:func:`labkit.paths.scratch_dir`) for ``owner``'s result files, removed with everything
+    in it when ``owner`` is garbage collected or the process exits. Chapter 9."""
+    from labkit.paths import remove_scratch, scratch_dir
+
+    folder = scratch_dir(prefix)
+    weakref.finalize(owner, remove_scratch, folder)
+    return folder

@@ -1,0 +1,69 @@
+"""labkit.trace.ondisk: result tables on disk (issue #35) — exact median in bounded memory, matrices read back."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from labkit.trace import ondisk
+
+
+@pytest.mark.parametrize("kind", ["normal", "ties", "wide", "two_floats"])
+def test_median_equals_numpy_in_any_budget(kind):
+    rng = np.random.default_rng(len(kind))
+    for _ in range(40):
+        n = int(rng.integers(1, 3000))
+        x = {"normal": lambda n: rng.normal(size=n), "ties": lambda n: rng.integers(0, 4, size=n).astype(float),
+             "wide": lambda n: np.exp(rng.normal(size=n) * 30),
+             "two_floats": lambda n: np.where(rng.random(n) < 0.4, 3.25, np.nextafter(3.25, 9.0))}[kind](n)
+        parts = np.array_split(x, int(rng.integers(1, 9)))
+        got = ondisk.median(lambda parts=parts: iter(parts), n, budget=int(rng.integers(1, 40)))
+        assert got == np.median(x)
+
+
+def test_median_of_nothing_is_nan():
+    assert np.isnan(ondisk.median(lambda: iter([]), 0))
+
+
+def test_matrix_round_trip_and_slabs(tmp_path):
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(6, 9))
+    m = ondisk.Matrix(tmp_path / "m", 6, 9)
+    for i in range(6):
+        m.write(i, a[i, 4:], 4)
+        m.write(i, a[i, :4])
+    assert (m.read() == a).all()
+    assert (m.read(2, 5, 3, 8) == a[2:5, 3:8]).all()
+    m.write_block(a[:, 1:3] * 2, 1)
+    a[:, 1:3] *= 2
+    out = np.empty((6, 9))
+    assert (m.read(out=out) == a).all()
+    assert m.slab_cols() == ondisk.SLAB_BYTES // (6 * 8)
+    with pytest.raises(IndexError, match="outside the matrix"):
+        m.write(6, [1.0])
+    with pytest.raises(IndexError, match="outside the matrix"):
+        m.read(0, 7)
+    ints = ondisk.Matrix(tmp_path / "i", 2, 3, dtype=np.int64)
+    ints.write(1, [7, 8, 9])
+    assert ints.read(1, 2).tolist() == [[7, 8, 9]]
+
+
+def test_results_dir_goes_with_its_owner():
+    class Owner:
+        pass
+
+    o = Owner()
+    folder = ondisk.results_dir(o)
+    (folder / "x").write_bytes(b"1")
+    assert folder.is_dir()
+    del o
+    gc.collect()
+    assert not folder.exists()
+
+
+def test_lazy_loads_once():
+    calls = []
+    lz = ondisk.Lazy(lambda: calls.append(1) or "table", nbytes=2 << 20)
+    assert "2.0 MB" in repr(lz) and not lz.loaded
+    assert lz.get() == "table" and lz.get() == "table" and calls == [1] and lz.loaded
