@@ -67,3 +67,14 @@ def test_lazy_loads_once():
     lz = ondisk.Lazy(lambda: calls.append(1) or "table", nbytes=2 << 20)
     assert "2.0 MB" in repr(lz) and not lz.loaded
     assert lz.get() == "table" and lz.get() == "table" and calls == [1] and lz.loaded
+
+
+def test_pairwise_sum_equals_numpy_to_the_bit():
+    rng = np.random.default_rng(2)
+    for n in (1, 7, 129, 1000, 12_345, 300_001):
+        x = np.exp(rng.normal(size=n) * 6)
+        for budget in (128, 200, 4096):
+            assert ondisk.pairwise_sum(lambda lo, hi, x=x: x[lo:hi], n, budget) == x.sum()
+    assert ondisk.pairwise_sum(lambda lo, hi: np.empty(0), 0) == 0.0
+    with pytest.raises(ValueError, match="at least 128"):
+        ondisk.pairwise_sum(lambda lo, hi: np.empty(0), 5, budget=64)

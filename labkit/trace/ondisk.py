@@ -11,6 +11,7 @@ not in the process, so only the slab being worked on counts in its resident memo
   block of rows and columns (a column slab: every rank's values of a range of collectives).
 - :func:`median` — the exact median of values read in chunks, in memory bounded by ``budget`` elements
   (numpy's own ``np.median`` of the values, to the bit).
+- :func:`pairwise_sum` — the sum of values read in ranges, equal to the bit to numpy's ``sum`` of them all.
 - :class:`Lazy` — a table read from its files the first time it is asked for.
 - :func:`results_dir` — the folder a result object's files live in: removed when the object is garbage
   collected, at process exit, or (a killed process's) by the next :func:`labkit.paths.sweep_scratch`.
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Matrix", "median", "Lazy", "results_dir", "SLAB_BYTES"]
+__all__ = ["Matrix", "median", "pairwise_sum", "Lazy", "results_dir", "SLAB_BYTES"]
 
 #: bytes a column slab may hold (the working set of a chunked pass over a ranks × collectives matrix)
 SLAB_BYTES = 4 << 20
@@ -144,6 +145,27 @@ def _select(chunks, n: int, k: int, budget: int) -> float:
             at_lo = sum(int(np.count_nonzero(c == new_lo)) for c in chunks())
             return new_lo if k - below < at_lo else float(np.nextafter(new_lo, np.inf))
         lo, hi = new_lo, new_hi
+
+
+def pairwise_sum(read, n: int, budget: int = SLAB_BYTES // 8) -> float:
+    """``np.sum`` of ``n`` float64 values, equal to the bit, holding at most ``budget`` (≥ 128) at once: ``read(lo,
+    hi)`` returns values ``lo:hi`` as a contiguous array. numpy sums a contiguous array pairwise: a range longer
+    than 128 is split at its half rounded down to a multiple of 8 and the two halves' sums added (``pairwise_sum``
+    in numpy's ``loops_utils.h.src``); a range of at most ``budget`` values is summed by numpy itself, which
+    splits it the same way. Chapter 9."""
+    if budget < 128:
+        raise ValueError(f"budget={budget!r} must be at least 128 (numpy's pairwise block)")
+    if n <= 0:
+        return 0.0
+
+    def rec(lo: int, m: int):
+        if m <= budget:
+            return read(lo, lo + m).sum()
+        h = m // 2
+        h -= h % 8
+        return rec(lo, h) + rec(lo + h, m - h)
+
+    return float(rec(0, n))
 
 
 class Lazy:
