@@ -176,3 +176,47 @@ def test_bad_inputs_are_named(jobs, tmp_path):
         summarize_ranks(jobs["data"], fields="steps")
     with pytest.raises(ValueError, match="no events in the selected steps"):
         analyze(jobs["data"], steps=[99])
+
+
+@pytest.mark.parametrize("slab", [None, 64])
+def test_job_tables_on_disk_equal_the_whole_tables_in_memory(jobs, monkeypatch, slab):
+    """labkit.trace.jobtables: the tables built rank by rank into files (in 1-column slabs with a 64-byte slab)
+    equal, to the bit, what the whole tables in memory give: stragglers_of's frames, pandas' groupby of every
+    rank's rows, numpy's sums of every rank's collectives of a type."""
+    from labkit.trace import ondisk
+    from labkit.trace.breakdown import COLUMNS
+
+    if slab:
+        monkeypatch.setattr(ondisk, "SLAB_BYTES", slab)
+    for name in ("strag", "legacy", "data", "cpu_gloo_ddp_tiny", "hta_trace_filter"):
+        sums = [summarize(RankView(ev), index=False) for ev in read_ranks(jobs[name], workers=1)]
+        a = analysis_of(sums)
+        s, al = stragglers_of(sums)
+        _frames_equal(a.stragglers, s)
+        _frames_equal(a.collectives, al)
+        whole = pd.DataFrame(np.vstack([x.steps_table for x in sums]), columns=list(COLUMNS))
+        whole.insert(0, "step", np.concatenate([x.wins.ids for x in sums]))
+        whole.insert(0, "rank", np.concatenate([np.full(len(x.wins), x.rank) for x in sums]))
+        _frames_equal(a.step_breakdown, whole)
+        _frames_equal(a.breakdown[["rank", *COLUMNS]], whole.groupby("rank", as_index=False)[list(COLUMNS)].sum())
+        for row in a.comm_by_type.itertuples():
+            dur = np.concatenate([x.coll_dur[[t == row.type for t in x.coll_type]] for x in sums])
+            assert row.count == len(dur) and row.total_s == dur.sum() * 1e-6
+
+
+def test_job_tables_are_read_when_asked_and_pickle_with_them(jobs):
+    import pickle
+
+    from labkit.trace.ondisk import Lazy
+
+    a = analyze(jobs["strag"], workers=1)
+    a.summary()
+    a.to_dict()
+    assert all(isinstance(a.__dict__[k], Lazy) and not a.__dict__[k].loaded for k in ("_step_breakdown", "_collectives"))
+    b = pickle.loads(pickle.dumps(a))
+    assert all(isinstance(b.__dict__[k], pd.DataFrame) for k in ("_step_breakdown", "_collectives"))
+    _frames_equal(b.step_breakdown, a.step_breakdown)
+    _frames_equal(b.collectives, a.collectives)
+    assert a.step_breakdown is a.step_breakdown and len(a.step_breakdown) == 4 * 6
+    a.step_breakdown = a.step_breakdown.head(2)              # a frame may be set, as on any dataclass field
+    assert len(a.step_breakdown) == 2 and "step_breakdown" not in repr(a)

@@ -47,6 +47,8 @@ def test_matrix_round_trip_and_slabs(tmp_path):
     ints = ondisk.Matrix(tmp_path / "i", 2, 3, dtype=np.int64)
     ints.write(1, [7, 8, 9])
     assert ints.read(1, 2).tolist() == [[7, 8, 9]]
+    ints.delete()
+    assert not (tmp_path / "i").exists()
 
 
 def test_results_dir_goes_with_its_owner():

@@ -7,6 +7,7 @@ table-by-table comparison on shipped and SYNTHETIC jobs is tests/test_trace_jobs
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import tempfile
 
@@ -14,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labkit.trace import runs, spill
+from labkit.trace import jobtables, runs, spill
 from labkit.trace.analysis import analysis_of, analyze
 from labkit.trace.breakdown import RankView
 from labkit.trace.critical_path import critical_path, critical_path_from
@@ -55,6 +56,11 @@ def test_analyze_and_critical_path_leave_no_folder(job, private_tmp):
     a = analyze(job, workers=2)
     c = critical_path(job, workers=2)
     assert a.ranks == [0, 1, 2, 3] and c.steps
+    # the results' own files (labkit.trace.ondisk.results_dir) live as long as the results; the spills are gone
+    assert all(n.startswith("labkit-results-") for n in _ours(private_tmp))
+    assert len(a.step_breakdown) == 4 * 6 and len(a.collectives)
+    del a, c
+    gc.collect()
     assert _ours(private_tmp) == []
 
 
@@ -67,7 +73,7 @@ def test_folder_deleted_after_an_error_mid_way(job, private_tmp, monkeypatch, wh
         raise RuntimeError("mid-way")
 
     if where == "analyze":
-        monkeypatch.setattr(spill, "_job_tables", boom)
+        monkeypatch.setattr(jobtables, "job_tables", boom)
         with pytest.raises(RuntimeError, match="mid-way"):
             analyze(job, workers=2)
     else:

@@ -10,7 +10,10 @@ The face of the trace family; each file is one concept:
   one run;
 - :mod:`labkit.trace.summary` — each rank's trace reduced (in a worker pool, one file per worker at a time) to
   what the job-level analyses need: :func:`analyze` and :func:`critical_path` read folders through it, so no
-  rank's events reach the parent: it holds a few numbers per rank, step and collective (the job's own tables);
+  rank's events reach the parent;
+- :mod:`labkit.trace.spill`, :mod:`labkit.trace.jobtables`, :mod:`labkit.trace.ondisk` — the summaries' arrays
+  and the job's own tables (ranks × steps, ranks × collectives) kept on disk, read back a rank or a slab at a time
+  and, for the result tables, when they are asked for: the analysing process does not grow with the rank count;
 - :mod:`labkit.trace.breakdown` — labkit's definitions of compute, exposed/hidden communication,
   memcpy, idle (host wait vs other) and data wait per step window;
 - :mod:`labkit.trace.analysis` — :func:`analyze` and its result :class:`TraceAnalysis` (tables,

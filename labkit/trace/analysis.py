@@ -9,14 +9,13 @@ stragglers (who arrives last at each collective, and how long the others wait fo
 :mod:`labkit.trace.stragglers`). The definitions of every bucket are in :mod:`labkit.trace.breakdown`;
 HTA's own definitions (for a peer check) are in :mod:`labkit.trace.hta`. A folder of ranks is read streamed
 (:mod:`labkit.trace.summary`): each rank is reduced to its summary in a worker, which writes the summary's
-arrays to a private temporary folder (:mod:`labkit.trace.spill`, deleted on any exit); the parent fills the
-job's preallocated tables from them one rank at a time (:func:`analysis_of`), never holding every rank's summary
-or any rank's events. What it keeps is the result: per rank and step 80 bytes (``step_breakdown``: rank, step
-and the 8 :data:`~labkit.trace.breakdown.COLUMNS`, a float each), per rank and aligned collective 8
-(``collectives``: a ``late_s_rank<r>`` column per rank), per rank a row of ``breakdown`` and ``stragglers`` and
-its op and kernel tables (name, count, seconds: one row per distinct name, not per step). While the tables are
-built it also holds per rank and step 8 bytes (the host span, for the median step) and per rank and collective
-16 (arrivals and ends, turned in place into the lateness and durations).
+arrays to a private temporary folder (:mod:`labkit.trace.spill`, deleted on any exit); the parent moves them, one
+rank at a time, into the job's tables, which are kept on disk (:mod:`labkit.trace.jobtables`,
+:mod:`labkit.trace.ondisk`): ``step_breakdown`` (80 bytes per rank and step) and ``collectives`` (8 per rank and
+collective) are read from their files the first time they are asked for, and the figures made from them
+(``breakdown``, ``stragglers``, ``comm_by_type``) are made on the way in slabs. The parent never holds every rank's
+summary, any rank's events, or a whole ranks × steps table it was not asked for: its memory does not grow with
+the rank count beyond a row per rank (``benchmarks/bench_trace_jobscale.py``).
 
 Algorithmic bandwidth is message bytes ÷ time (nccl-tests' ``algbw``,
 https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md); bytes come from
@@ -33,7 +32,7 @@ import numpy as np
 
 from labkit import checks
 from labkit.trace.breakdown import COLUMNS
-from labkit.units import GB, US
+from labkit.trace.ondisk import Lazy
 
 __all__ = ["analyze", "analysis_of", "TraceAnalysis"]
 
@@ -63,13 +62,21 @@ class TraceAnalysis:
     ranks: list[int]
     steps: list[int]
     breakdown: Any
-    step_breakdown: Any
+    step_breakdown: Any = field(repr=False)     # a frame, or kept on disk until asked for (see _on_demand)
     overlap: dict[int, float]
     comm_by_type: Any
     stragglers: Any
-    collectives: Any
+    collectives: Any = field(repr=False)
     data_wait_s: float
     _ops: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __getstate__(self):
+        """Pickled (or deep-copied) with its tables read in: the files stay with this process."""
+        d = dict(self.__dict__)
+        for k in _ON_DEMAND:
+            if isinstance(d.get("_" + k), Lazy):
+                d["_" + k] = d["_" + k].get()
+        return d
 
     # ------------------------------------------------------------------ summaries
     def shares(self) -> dict[str, float]:
@@ -252,6 +259,28 @@ class TraceAnalysis:
         return ax
 
 
+_ON_DEMAND = ("step_breakdown", "collectives")
+
+
+def _on_demand(name: str) -> property:
+    """``TraceAnalysis.<name>``: the table, read from its file (:class:`labkit.trace.ondisk.Lazy`) the first time
+    it is asked for at job size; any frame may be set."""
+    key = "_" + name
+
+    def get(self):
+        v = self.__dict__[key]
+        return v.get() if isinstance(v, Lazy) else v
+
+    def put(self, v):
+        self.__dict__[key] = v
+
+    return property(get, put, doc=f"The ``{name}`` table (read from disk on first use). Chapter 9.")
+
+
+for _name in _ON_DEMAND:
+    setattr(TraceAnalysis, _name, _on_demand(_name))
+
+
 def _py(v):
     if isinstance(v, (np.floating, float)):
         return None if v != v else float(v)
@@ -301,25 +330,23 @@ def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
 
 def _analysis(summaries, steps=None) -> TraceAnalysis:
     """:func:`analysis_of` on summaries in memory or spilled to disk (:mod:`labkit.trace.spill`), read back one
-    rank at a time into the job's preallocated tables."""
-    from labkit.trace import spill
+    rank at a time into the job's tables on disk (:mod:`labkit.trace.jobtables`)."""
+    from labkit.trace import jobtables
     from labkit.trace.summary import check_summaries
 
     check_summaries("analysis_of", summaries)
     kinds = {s.kind for s in summaries}
     kind = "gpu" if "gpu" in kinds else "cpu"
-    step_df, stragglers, aligned = spill._job_tables(summaries, steps)
-    agg = step_df.groupby("rank", as_index=False)[list(COLUMNS)].sum()
+    step_df, agg, all_steps, stragglers, aligned = jobtables.job_tables(summaries, steps)
     for c in COLUMNS:
         if c != "total":
             agg[c + "_share"] = np.where(agg["total"] > 0, agg[c] / agg["total"], 0.0)
     comm_tot = agg["comm_exposed"] + agg["comm_hidden"]
     overlap = {int(r): (float(h / t) if t > 0 else float("nan"))
                for r, h, t in zip(agg["rank"], agg["comm_hidden"], comm_tot, strict=True)}
-    all_steps = sorted({int(s) for s in step_df["step"]})
     ops = {"kernel": _merge_ops([s.ops_kernel for s in summaries]),
            "cpu_op": _merge_ops([s.ops_cpu for s in summaries])}
-    comm_by_type = _comm_by_type(summaries)
+    comm_by_type = jobtables.comm_by_type(summaries)
     data_wait = float(agg["data_wait"].mean())
     return TraceAnalysis(kind=kind, paths=[str(s.path) for s in summaries], ranks=[s.rank for s in summaries],
                          steps=all_steps, breakdown=agg, step_breakdown=step_df, overlap=overlap,
@@ -336,31 +363,3 @@ def _merge_ops(tables):
     t = pd.concat(tables).groupby("name", as_index=False).sum()
     t["mean_s"] = t["total_s"] / t["count"]
     return t
-
-
-def _comm_by_type(summaries):
-    """Per collective type: count, seconds, bytes and algbw over every rank — one type's durations and bytes
-    gathered at a time into two preallocated float arrays in rank order (:func:`labkit.trace.spill._of_type`: the
-    sums are numpy's over the same arrays in the same order as a pandas group's, so equal to the bit; no
-    per-collective Python objects)."""
-    import pandas as pd
-
-    from labkit.trace import spill
-
-    cols = ["type", "count", "total_s", "mean_s", "bytes", "algbw_GBps"]
-    counts = [spill._type_counts(s) for s in summaries]
-    kinds = sorted({t for c in counts for t in c})
-    if not kinds:
-        return pd.DataFrame(columns=cols)
-    out = []
-    for t in kinds:
-        dur, nb = spill._of_type(summaries, counts, t)
-        known = ~np.isnan(nb)
-        every = bool(known.all())
-        k_dur = dur if every else dur[known]
-        nbytes = float((nb if every else nb[known]).sum()) if known.any() else float("nan")
-        bw = nbytes / (k_dur.sum() * US) / GB if known.any() and k_dur.sum() > 0 else float("nan")
-        out.append({"type": t, "count": len(dur), "total_s": dur.sum() * US, "mean_s": dur.sum() / len(dur) * US,
-                    "bytes": nbytes, "algbw_GBps": bw})
-        del dur, nb, k_dur
-    return pd.DataFrame(out, columns=cols).sort_values("total_s", ascending=False).reset_index(drop=True)

@@ -87,6 +87,11 @@ class Matrix:
     def close(self) -> None:
         self._closer()
 
+    def delete(self) -> None:
+        """Close the file and remove it (a working matrix no result reads)."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+
 
 def _read_into(fd: int, arr: np.ndarray, offset: int) -> None:
     mv = memoryview(arr).cast("B")
@@ -98,12 +103,13 @@ def _read_into(fd: int, arr: np.ndarray, offset: int) -> None:
         got += n
 
 
-def median(chunks, n: int, budget: int = SLAB_BYTES // 8) -> float:
+def median(chunks, n: int, budget: int | None = None) -> float:
     """The median of ``n`` values that ``chunks()`` yields as 1-D float arrays (a fresh iterator per call: the
-    values are read again on each pass), holding at most ``budget`` of them at once. Equal to the bit to
+    values are read again on each pass), holding at most ``budget`` of them at once (default: a slab's worth). Equal to the bit to
     ``np.median`` of all of them: the one or two middle order statistics, found by narrowing a value range
     (pass: count the values below it, and bin those inside it) until the values inside fit in ``budget``.
     Chapter 9."""
+    budget = max(1, SLAB_BYTES // 8) if budget is None else budget
     if n <= 0:
         return float("nan")
     ks = [(n - 1) // 2, n // 2]
@@ -147,12 +153,13 @@ def _select(chunks, n: int, k: int, budget: int) -> float:
         lo, hi = new_lo, new_hi
 
 
-def pairwise_sum(read, n: int, budget: int = SLAB_BYTES // 8) -> float:
+def pairwise_sum(read, n: int, budget: int | None = None) -> float:
     """``np.sum`` of ``n`` float64 values, equal to the bit, holding at most ``budget`` (≥ 128) at once: ``read(lo,
     hi)`` returns values ``lo:hi`` as a contiguous array. numpy sums a contiguous array pairwise: a range longer
     than 128 is split at its half rounded down to a multiple of 8 and the two halves' sums added (``pairwise_sum``
     in numpy's ``loops_utils.h.src``); a range of at most ``budget`` values is summed by numpy itself, which
     splits it the same way. Chapter 9."""
+    budget = max(128, SLAB_BYTES // 8) if budget is None else budget
     if budget < 128:
         raise ValueError(f"budget={budget!r} must be at least 128 (numpy's pairwise block)")
     if n <= 0:

@@ -13,8 +13,8 @@ A summary made in memory (:func:`labkit.trace.summary.summarize`) has ``spilled`
 as it is, so :func:`labkit.trace.analysis_of` and :func:`labkit.trace.critical_path_from` run the same code on
 both, and their results are the same to the bit.
 
-What the parent then holds per rank and step is what the results are made of (see
-:func:`labkit.trace.analysis.analysis_of` and :func:`labkit.trace.critical_path.critical_path_from`).
+The job's tables go from these straight to files of their own (:mod:`labkit.trace.jobtables`,
+:mod:`labkit.trace.ondisk`): the parent holds one rank's arrays at a time and slabs of the job's matrices.
 
 Taught in chapter 9 (profiler traces: reading a real job's files).
 """
@@ -75,78 +75,14 @@ def _type_counts(sm) -> dict[str, int]:
     return out
 
 
-def _of_type(summaries, counts, t: str):
-    """Every rank's durations and bytes of the collectives of type ``t``, in rank order then time order, in
-    two preallocated float arrays (``counts``: :func:`type_counts` of each summary)."""
-    n = sum(c.get(t, 0) for c in counts)
-    dur, nb = np.empty(n), np.empty(n)
-    at = 0
-    for sm, c in zip(summaries, counts, strict=True):
-        m = c.get(t, 0)
-        if not m:
-            continue
-        if sm.spilled is None:
-            mask = np.fromiter((x == t for x in sm.coll_type), dtype=bool, count=len(sm.coll_type))
-            d, b = sm.coll_dur, sm.coll_bytes
-        else:
-            with np.load(sm.spilled["file"]) as z:
-                mask = z["type_codes"] == int(np.flatnonzero(z["type_names"] == t)[0])
-                d, b = z["coll_dur"], z["coll_bytes"]
-        dur[at:at + m], nb[at:at + m] = d[mask], b[mask]
-        at += m
-        del mask, d, b
-    return dur, nb
-
-
-def _job_tables(summaries, steps=None):
-    """The job's step table and stragglers tables (:func:`labkit.trace.stragglers.stragglers_of`'s), built
-    into preallocated arrays rank by rank: (step_df, stragglers, aligned). Chapter 9."""
-    import pandas as pd
-
-    from labkit.trace.breakdown import COLUMNS
-    from labkit.trace.stragglers import _table
-
-    nw = [_n_wins(s) for s in summaries]
-    for s, m in zip(summaries, nw, strict=True):
-        if not m:
-            ids = rank(s, ("step_ids",)).step_ids
-            raise ValueError(f"trace file {s.path}: no events in the selected steps {sorted(steps or [])}; "
-                             f"steps in this trace: {ids or 'none (no ProfilerStep)'}")
-    total, R = sum(nw), len(summaries)
-    table = np.empty((len(COLUMNS), total))           # column-major: it becomes the frame's block, uncopied
-    rank_col, step_col, host = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64), np.empty(total)
-    order = sorted(range(R), key=lambda i: summaries[i].rank)          # the stragglers' rows: by rank
-    row = {i: k for k, i in enumerate(order)}
-    nc = min(_n_colls(s) for s in summaries)
-    strag = R >= 2 and nc > 0
-    starts, ends = (np.empty((R, nc)), np.empty((R, nc))) if strag else (None, None)
-    comp_med: list = [None] * R
-    at = 0
-    for i, s in enumerate(summaries):
-        f = rank(s, ("wins", "steps_table", "coll_start", "coll_dur", "comp_before"))
-        m = nw[i]
-        table[:, at:at + m] = f.steps_table.T
-        rank_col[at:at + m] = s.rank
-        step_col[at:at + m], b = _windows(f)
-        np.subtract(b[:, 3], b[:, 2], out=host[at:at + m])
-        if strag:
-            k = row[i]
-            starts[k] = f.coll_start[:nc]
-            np.add(f.coll_start[:nc], f.coll_dur[:nc], out=ends[k])
-            comp_med[k] = np.median(f.comp_before[:nc])
-        at += m
-        del f, b
-    step_df = pd.DataFrame(table.T, columns=list(COLUMNS), copy=False)
-    step_df.insert(0, "step", step_col)
-    step_df.insert(0, "rank", rank_col)
-    del table, rank_col, step_col
-    if not strag:
-        return (step_df, *_table([], "cpu", [], None, None, None, 0.0))
-    kind = "gpu" if any(s.kind == "gpu" for s in summaries) else "cpu"
-    step_us = float(np.median(host))
-    del host
-    types = rank(summaries[order[0]], ("coll_type",)).coll_type[:nc]
-    return (step_df, *_table([summaries[i].rank for i in order], kind, types, starts, ends, comp_med, step_us))
+def _of_rank_type(sm, t: str):
+    """One rank's durations and bytes of its collectives of type ``t``, in time order (in memory or spilled)."""
+    if sm.spilled is None:
+        mask = np.fromiter((x == t for x in sm.coll_type), dtype=bool, count=len(sm.coll_type))
+        return sm.coll_dur[mask], sm.coll_bytes[mask]
+    with np.load(sm.spilled["file"]) as z:
+        mask = z["type_codes"] == int(np.flatnonzero(z["type_names"] == t)[0])
+        return z["coll_dur"][mask], z["coll_bytes"][mask]
 
 
 # a rank's windows and collectives by step (the critical path's alignment: labkit.trace.critical_path)
