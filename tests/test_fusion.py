@@ -4,12 +4,15 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
 
 from labkit.kernels import fusion
 from labkit.measure.ab import ABResult
+from labkit.paths import remove_scratch
 from labkit.train import TrainConfig, train
 from labkit.train import graphs as graphs_mod
 from labkit.train.optim import build_optimizer, implementation
@@ -162,6 +165,13 @@ def test_compile_cost_mechanics_with_plain_callables(tmp_path, monkeypatch):
     (tmp_path / "cold" / "x").write_text("")
     with pytest.raises(ValueError, match="not empty"):
         fusion.compile_cost(fast, eager, (x, s, t), cache_dir=tmp_path / "cold")
+    # no cache_dir: a scratch folder of this process's (labkit.paths.scratch_dir), gone at exit, not left in /tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    own = fusion.compile_cost(fast, eager, (x, s, t), repeats=2, inner=3)
+    folder = Path(own.cache_dir)
+    assert folder.parent == tmp_path and folder.name.startswith("labkit-inductor-")
+    assert (folder / ".labkit-scratch-owner").read_text().split()[0] == str(os.getpid())
+    remove_scratch(folder)
 
 
 # ------------------------------------------------------------------------------------ CUDA graphs (SYNTHETIC)

@@ -27,7 +27,6 @@ import gzip
 import json
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,7 +242,8 @@ def _cpu_all() -> dict:      # CPU seconds of this process and every descendant 
 
 def compile_cost(compiled, eager, args, *, cache_dir=None, repeats: int = 5, inner: int = 50) -> CompileCost:
     """Time the first call of ``compiled`` (a fresh ``torch.compile`` callable) with Inductor's cache in a
-    new empty ``cache_dir`` (default: a temporary folder) — an honest cold compile — then its cached
+    new empty ``cache_dir`` (default: a new temporary folder, removed when the process exits:
+    :func:`labkit.paths.scratch_dir`) — an honest cold compile — then its cached
     calls against ``eager`` on the same ``args``, then a recompile after ``torch._dynamo.reset()`` that
     finds the compiled code on disk. Inductor's cache folder is restored afterwards. Chapter 17."""
     from statistics import median
@@ -251,14 +251,18 @@ def compile_cost(compiled, eager, args, *, cache_dir=None, repeats: int = 5, inn
     import torch
 
     from labkit.hardware.measure import time_fn
+    from labkit.paths import scratch_dir
 
     args = tuple(args)
     dev = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
     warm = "torch._inductor.compile_fx" in sys.modules
-    folder = Path(cache_dir) if cache_dir is not None else Path(tempfile.mkdtemp(prefix="labkit-inductor-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    if any(folder.iterdir()):
-        raise ValueError(f"cache_dir={str(folder)!r} is not empty: a cold compile needs an empty folder")
+    if cache_dir is None:       # removed at exit; a killed kernel's by the next sweep (labkit.paths.scratch_dir)
+        folder = scratch_dir("labkit-inductor-")
+    else:
+        folder = Path(cache_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        if any(folder.iterdir()):
+            raise ValueError(f"cache_dir={str(folder)!r} is not empty: a cold compile needs an empty folder")
     old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     try:
