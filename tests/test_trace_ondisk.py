@@ -80,3 +80,26 @@ def test_pairwise_sum_equals_numpy_to_the_bit():
     assert ondisk.pairwise_sum(lambda lo, hi: np.empty(0), 0) == 0.0
     with pytest.raises(ValueError, match="at least 128"):
         ondisk.pairwise_sum(lambda lo, hi: np.empty(0), 5, budget=64)
+
+
+def test_slabs_read_each_slab_once_walking_either_way(tmp_path, monkeypatch):
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(3, 11))
+    m = ondisk.Matrix(tmp_path / "m", 3, 11)
+    m.write_block(a)
+    monkeypatch.setattr(ondisk, "SLAB_BYTES", 3 * 8 * 4)           # slabs of 4 columns: 0-3, 4-7, 8-10
+    reads = []
+    real = m.read
+    monkeypatch.setattr(m, "read", lambda *a, **k: reads.append(k) or real(*a, **k))
+    s = ondisk.Slabs(m)
+    assert s.width == 4
+    for j in [*range(11), *range(10, -1, -1)]:
+        assert (s.column(j) == a[:, j]).all() and s.at(j % 3, j) == a[j % 3, j]
+    assert [(r["j0"], r["j1"]) for r in reads] == [(0, 4), (4, 8), (8, 11), (0, 4)]   # 8-11, 4-8 still held
+    assert s.slab(9)[0] == 8
+    with pytest.raises(IndexError, match="column 11 is outside"):
+        s.column(11)
+    with pytest.raises(TypeError, match="must be a labkit.trace.ondisk.Matrix"):
+        ondisk.Slabs(a)
+    with pytest.raises(ValueError, match="keep=0"):
+        ondisk.Slabs(m, keep=0)

@@ -9,6 +9,8 @@ not in the process, so only the slab being worked on counts in its resident memo
 
 - :class:`Matrix` — a rows × cols array in one row-major file: filled a row (or part of one) at a time, read as a
   block of rows and columns (a column slab: every rank's values of a range of collectives).
+- :class:`Slabs` — a matrix's columns, one at a time, read a column slab at a time (the latest two held): a
+  pass that walks the columns forwards or backwards reads each slab once.
 - :func:`median` — the exact median of values read in chunks, in memory bounded by ``budget`` elements
   (numpy's own ``np.median`` of the values, to the bit).
 - :func:`pairwise_sum` — the sum of values read in ranges, equal to the bit to numpy's ``sum`` of them all.
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Matrix", "median", "pairwise_sum", "Lazy", "results_dir", "SLAB_BYTES"]
+__all__ = ["Matrix", "Slabs", "median", "pairwise_sum", "Lazy", "results_dir", "SLAB_BYTES"]
 
 #: bytes a column slab may hold (the working set of a chunked pass over a ranks × collectives matrix)
 SLAB_BYTES = 4 << 20
@@ -91,6 +93,44 @@ class Matrix:
         """Close the file and remove it (a working matrix no result reads)."""
         self.close()
         self.path.unlink(missing_ok=True)
+
+
+class Slabs:
+    """The columns of ``matrix`` (a :class:`Matrix`), read a column slab at a time: slabs of
+    :meth:`Matrix.slab_cols` columns (all rows, ≤ :data:`SLAB_BYTES`) starting at multiples of that width,
+    the ``keep`` latest held. Chapter 9."""
+
+    def __init__(self, matrix: Matrix, keep: int = 2):
+        if not isinstance(matrix, Matrix):
+            raise TypeError(f"Slabs: matrix={str(matrix)[:60]!r} must be a labkit.trace.ondisk.Matrix, "
+                            f"got {type(matrix).__name__}")
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"Slabs: keep={keep!r} must be an int >= 1 (how many slabs are held)")
+        self.matrix, self.width, self.keep = matrix, matrix.slab_cols(), keep
+        self._held: dict[int, np.ndarray] = {}        # slab number → its columns, least recently used first
+
+    def slab(self, j: int) -> tuple[int, np.ndarray]:
+        """(its first column, the slab) of the slab holding column ``j``."""
+        if not 0 <= j < self.matrix.shape[1]:
+            raise IndexError(f"column {j} is outside the matrix {self.matrix.shape}")
+        k = j // self.width
+        s = self._held.pop(k, None)
+        if s is None:
+            if len(self._held) >= self.keep:
+                del self._held[next(iter(self._held))]
+            s = self.matrix.read(j0=k * self.width, j1=min(self.matrix.shape[1], (k + 1) * self.width))
+        self._held[k] = s
+        return k * self.width, s
+
+    def column(self, j: int) -> np.ndarray:
+        """Column ``j`` (a view of its slab: copy it to keep it past the slab)."""
+        j0, s = self.slab(j)
+        return s[:, j - j0]
+
+    def at(self, i: int, j: int):
+        """The value at row ``i``, column ``j``."""
+        j0, s = self.slab(j)
+        return s[i, j - j0]
 
 
 def _read_into(fd: int, arr: np.ndarray, offset: int) -> None:
