@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labkit.trace import runs
+from labkit.trace import ondisk, runs
 from labkit.trace.analysis import analysis_of, analyze
 from labkit.trace.breakdown import RankView, host_wait
 from labkit.trace.critical_path import critical_path, critical_path_from, critical_path_of
@@ -151,6 +151,53 @@ def test_path_fields_walk_the_same_path_and_rank_seconds_read_as_dicts(jobs, tmp
     assert RankSeconds.pack({0: 1.5, 2: 0.25}, *keys) == {0: 1.5, 2: 0.25}
     assert isinstance(RankSeconds.pack({2: 1.0, 0: 2.0}, *keys), dict)     # not in rank order: kept a dict
     assert repr(RankSeconds.pack({0: 1.0, 1: 2.0, 2: 3.0}, *keys)) == "{0: 1.0, 1: 2.0, 2: 3.0}"
+
+
+def _fields(cp):
+    return [{k: (dict(v) if k in ("held_s", "waited_s") else v) for k, v in vars(p).items()} for p in cp.steps]
+
+
+@pytest.mark.parametrize("slab_bytes", [8, 96])            # 6 ranks: slabs of 1 and of 2 collectives
+def test_column_slabs_of_any_width_give_the_same_path(jobs, tmp_path, monkeypatch, slab_bytes):
+    """critical_path reads its ranks × collectives matrices a column slab at a time (labkit.trace.ondisk): slabs
+    of one or two collectives, own-time chunks of one step (so a step's collective and the one before it
+    fall in different slabs) give every field of every step to the bit, and the same verdict."""
+    sums = summarize_ranks(jobs["legacy"], workers=1, index_dir=tmp_path)
+    reads = []
+    real = ondisk.Matrix.read
+    monkeypatch.setattr(ondisk.Matrix, "read", lambda self, *a, **k: reads.append(k.get("j1")) or real(self, *a, **k))
+    whole = critical_path_from(sums)
+    n_whole = len(reads)
+    monkeypatch.setattr(ondisk, "SLAB_BYTES", slab_bytes)
+    sliced = critical_path_from(sums)
+    assert len(reads) - n_whole > 3 * n_whole                 # many more, narrower reads: the patch took
+    assert len(whole.steps) == 12 and _fields(sliced) == _fields(whole)
+    assert (sliced.n_collectives, sliced.times_last, sliced.summary(), sliced.verdict()) == \
+        (whole.n_collectives, whole.times_last, whole.summary(), whole.verdict())
+    assert whole.verdict()[0] == 5
+
+
+def test_rank_seconds_outlive_their_critical_path_and_pickle(jobs):
+    """held_s/waited_s are rows of files in a folder tied to a store every step's RankSeconds holds, not to the
+    CriticalPath: a step kept after its result is dropped still reads; pickled, it is the values."""
+    import gc
+    import pickle
+
+    cp = critical_path(jobs["strag"], workers=1)
+    p = next(p for p in cp.steps if p.waited_s)
+    want_held, want_waited = dict(p.held_s), dict(p.waited_s)
+    folder = p.held_s._src[0].folder
+    assert p.held_s._v is None and folder.is_dir()           # on disk, not in the parent
+    del cp
+    gc.collect()
+    assert folder.is_dir() and dict(p.held_s) == want_held and p.waited_s == want_waited
+    assert repr(p.held_s) == repr(want_held) and p.held_s[p.pacer] == want_held[p.pacer]
+    q = pickle.loads(pickle.dumps(p))
+    assert q == p and dict(q.held_s) == want_held and dict(q.waited_s) == want_waited
+    assert q.held_s._src is None and list(q.waited_s) == list(want_waited)
+    del p
+    gc.collect()
+    assert not folder.exists() and dict(q.held_s) == want_held    # the folder went with its last step
 
 
 def test_bad_inputs_are_named(jobs, tmp_path):

@@ -48,7 +48,7 @@ import numpy as np
 
 from labkit import checks
 from labkit.trace.breakdown import RankView
-from labkit.trace.pacing import RankSeconds, _excess, _held, _holds, _lateness, _own_time, _pacer
+from labkit.trace.pacing import RankSeconds, _excess, _held, _job_holds, _lateness, _own_time, _pacer
 from labkit.trace.stragglers import LATE_MARGIN, binom_tail
 from labkit.units import US
 
@@ -295,6 +295,8 @@ def critical_path_from(summaries) -> CriticalPath:
 def _path_of(summaries) -> CriticalPath:
     """:func:`critical_path_from` on summaries in memory or spilled (:mod:`labkit.trace.spill`): three passes, one
     rank's arrays at a time: the shared steps, each step's matched collectives, the matrices row by row."""
+    from labkit.paths import scratch
+    from labkit.trace.ondisk import Matrix
     from labkit.trace.spill import _colls_by_step, _steps_of, rank
     from labkit.trace.summary import check_summaries
 
@@ -320,52 +322,49 @@ def _path_of(summaries) -> CriticalPath:
     per_step = dict(zip(shared, per.tolist(), strict=True))
     coll_step = np.repeat(shared_arr, per).astype(int)
     R, n = len(ranks), len(coll_step)
-    A, E = np.empty((R, n)), np.empty((R, n))
-    X = E                # proven ends (CPU: the cut span); E itself while they equal the ends (GPU): no copy
     offs = np.cumsum(per) - per
-    bounds, first, end = {}, {}, {}
-    for i, sm in enumerate(summaries):
-        f = rank(sm, ("wins", "coll_start", "coll_dur", "coll_end"))
-        ids, last, b = _steps_of(f)
-        order, lo, _ = _colls_by_step(f, shared_arr)
-        seq = order[np.arange(n) + np.repeat(lo - offs, per)]
-        A[i] = f.coll_start[seq]
-        np.add(A[i], f.coll_dur[seq], out=E[i])
-        x = f.coll_end[seq]
-        if X is E and not np.array_equal(x, E[i]):
-            X = E.copy()                              # rows before i equal E; the rest are filled below
-        if X is not E:
-            X[i] = x
-        pos = last[np.searchsorted(ids, shared_arr)]
-        bounds[sm.rank] = b[pos, 0]
-        first[sm.rank], end[sm.rank] = b[pos[0], 0], b[pos[-1], 1]
-    smap = {sm.rank: sm for sm in summaries}
-    return _job_path(shared, ranks, lambda r: smap[r].class_index(), kind, A, E, X, coll_step, bounds, first, end,
-                     per_step)
-
-
-def _classify_all(queries, index_of) -> list:
-    """Classify (rank, a, b) stretches, each rank's index fetched once (from disk when it is kept there)."""
-    out: list = [None] * len(queries)
-    by_rank: dict[int, list[int]] = {}
-    for q, (r, _, _) in enumerate(queries):
-        by_rank.setdefault(r, []).append(q)
-    for r, qs in by_rank.items():
-        index = index_of(r)
-        for q in qs:
-            out[q] = index.classify(queries[q][1], queries[q][2])
-        del index
-    return out
+    first, end = {}, {}
+    with scratch("labkit-critical-path-matrices-") as tmp:      # the job's matrices, a row (a rank) at a time
+        A, E = Matrix(tmp / "arrive.f64", R, n), Matrix(tmp / "end.f64", R, n)
+        X = E             # proven ends (CPU: the cut span); E itself while they equal the ends (GPU): no copy
+        bounds = Matrix(tmp / "step_starts.f64", R, len(shared))
+        for i, sm in enumerate(summaries):
+            f = rank(sm, ("wins", "coll_start", "coll_dur", "coll_end"))
+            ids, last, b = _steps_of(f)
+            order, lo, _ = _colls_by_step(f, shared_arr)
+            seq = order[np.arange(n) + np.repeat(lo - offs, per)]
+            a = np.asarray(f.coll_start[seq], dtype=np.float64)
+            e = np.add(a, f.coll_dur[seq], dtype=np.float64)
+            A.write(i, a)
+            E.write(i, e)
+            x = f.coll_end[seq]
+            if X is E and not np.array_equal(x, e):
+                X = Matrix(tmp / "proven_end.f64", R, n)        # rows before i equal E's
+                for q in range(i):
+                    X.write(q, E.read(q, q + 1)[0])
+            if X is not E:
+                X.write(i, x)
+            pos = last[np.searchsorted(ids, shared_arr)]
+            bounds.write(i, b[pos, 0])
+            first[sm.rank], end[sm.rank] = b[pos[0], 0], b[pos[-1], 1]
+            del f, a, e, x
+        smap = {sm.rank: sm for sm in summaries}
+        return _job_path(shared, ranks, lambda r: smap[r].class_index(), kind, A, E, X, coll_step, bounds, first,
+                         end, per_step)
 
 
 def _job_path(shared, ranks, index_of, kind, A, E, X, coll_step, bounds, first, end, per_step) -> CriticalPath:
     """Walk the whole profiled span once (a rank's lateness is often caused at the end of its previous
     step: a stall after the optimizer delays the next step's first collective), then cut the path into
-    steps at each rank's own step boundaries."""
-    n = len(coll_step)
-    L = A.max(axis=0) if n else np.zeros(0)
-    last = A.argmax(axis=0) if n else np.zeros(0, dtype=int)
-    hold = _holds(A, X, L, last)                        # X: each rank's proven end of each collective
+    steps at each rank's own step boundaries. ``A``, ``E``, ``X`` (ranks × collectives) and ``bounds`` (ranks ×
+    steps) are :class:`labkit.trace.ondisk.Matrix` files, read a column slab or a row at a time."""
+    from labkit.trace import ondisk
+    from labkit.trace.pacing import RankStore
+    from labkit.trace.summary import _classify_all
+
+    n, R = len(coll_step), len(ranks)
+    L, last, hold = _job_holds(A, X)                    # X: each rank's proven end of each collective
+    Ec = ondisk.Slabs(E)
     d0 = np.array([first[r] for r in ranks])
     d1 = np.array([end[r] for r in ranks])
     i = int(d1.argmax())
@@ -373,24 +372,33 @@ def _job_path(shared, ranks, index_of, kind, A, E, X, coll_step, bounds, first, 
     j = n - 1
     raw: list[tuple[int, float, float]] = []            # (rank index, t0, t1) stretches, latest first
     while True:
-        while j >= 0 and E[i, j] > t:
+        while j >= 0 and Ec.at(i, j) > t:
             j -= 1
-        if j < 0 or E[i, j] <= d0[i]:
+        if j < 0 or Ec.at(i, j) <= d0[i]:
             raw.append((i, float(d0[i]), t))
             break
-        raw.append((i, float(E[i, j]), t))               # the rank's own work after the collective
-        raw.append((i, float(min(L[j], E[i, j])), float(E[i, j])))   # the transfer after the last arrival
-        i, t = int(last[j]), float(min(L[j], E[i, j]))
+        eij = Ec.at(i, j)
+        raw.append((i, float(eij), t))                   # the rank's own work after the collective
+        raw.append((i, float(min(L[j], eij)), float(eij)))   # the transfer after the last arrival
+        i, t = int(last[j]), float(min(L[j], eij))
         j -= 1
+    del Ec
     # cut every stretch at its rank's step boundaries, then classify the pieces (rank by rank)
     cut: list[tuple[int, int, float, float]] = []
+    rows: dict[int, np.ndarray] = {}                    # the latest ranks' step starts read
     for ri, a, b in reversed(raw):
         if b <= a:
             continue
-        bd = bounds[ranks[ri]]
+        bd = rows.pop(ri, None)
+        if bd is None:
+            bd = bounds.read(ri, ri + 1)[0]
+            if len(rows) >= 8:
+                del rows[next(iter(rows))]
+        rows[ri] = bd
         cuts = [a] + [float(x) for x in bd if a < x < b] + [b]
         for x, y in zip(cuts[:-1], cuts[1:], strict=True):
             cut.append((max(int(np.searchsorted(bd, x, side="right")) - 1, 0), ri, x, y))
+    del rows
     pieces: dict[int, list] = {sid: [] for sid in shared}
     for (k, ri, _, _), parts in zip(cut, _classify_all([(ranks[ri], x, y) for _, ri, x, y in cut], index_of),
                                     strict=True):
@@ -398,21 +406,32 @@ def _job_path(shared, ranks, index_of, kind, A, E, X, coll_step, bounds, first, 
             pieces[shared[k]].append((ranks[ri], s, e, cause))
     walked = []
     keys = (tuple(ranks), {r: q for q, r in enumerate(ranks)})     # shared by every step's RankSeconds
-    for sid in shared:
+    store, Ac = RankStore(len(shared), R), ondisk.Slabs(A)        # held_s, waited_s: a row per step on disk
+    for k, sid in enumerate(shared):
         ps = pieces[sid]
         by_rank: dict[int, dict[str, float]] = {}
         for r, s, e, cause in ps:
             by_rank.setdefault(r, dict.fromkeys(CAUSES, 0.0))[cause] += (e - s) * US
         duration = sum(sum(p.values()) for p in by_rank.values())
-        held = _held(np.flatnonzero(coll_step == sid), ranks, hold, keys)
+        held = _held(np.flatnonzero(coll_step == sid), ranks, hold)
         pacer = _pacer(held, by_rank, ranks)
-        waited, j, left = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, A, L, last, hold)
-        walked.append((sid, ps, by_rank, duration, held, pacer, RankSeconds.pack(waited, *keys), j, left))
+        waited, j, left = _lateness(ranks.index(pacer), np.flatnonzero(coll_step == sid), ranks, Ac.column, L, last,
+                                    hold)
+        walked.append((sid, ps, by_rank, duration, RankSeconds.on_disk(held, *keys, store, "held_s", k), pacer,
+                       RankSeconds.on_disk(waited, *keys, store, "waited_s", k), j, left))
     steps = []
+    # the ranks' own time, a chunk of steps at a time (each rank's index read once a chunk), the chunk's
+    # steps × ranks × causes within a slab
+    chunk = max(1, min(_OWN_STEPS, ondisk.SLAB_BYTES // (8 * 5 * R)))
+    Xc = ondisk.Slabs(X)
     for k, (sid, ps, by_rank, duration, held, pacer, waited, j, left) in enumerate(walked):
-        if k % _OWN_STEPS == 0:     # the ranks' own time, _OWN_STEPS steps at a time (each index read once each)
-            own = _own_time(walked[k:k + _OWN_STEPS], ranks, index_of, A, X, L, d0)
-        excess = _excess(ranks.index(pacer), own[k % _OWN_STEPS]) if j is not None else left
+        if k % chunk == 0:
+            cols = [None if w[7] is None else
+                    (Ac.column(w[7]).copy(), Xc.column(w[7] - 1).copy() if w[7] > 0 else None)
+                    for w in walked[k:k + chunk]]
+            own = _own_time(walked[k:k + chunk], ranks, index_of, cols, L, d0)
+            del cols
+        excess = _excess(ranks.index(pacer), own[k % chunk]) if j is not None else left
         t0 = min((p[1] for p in ps), default=0.0)
         if excess and max(excess.values()) > 0:
             cause = max(excess, key=excess.get)

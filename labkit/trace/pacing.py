@@ -31,17 +31,35 @@ def _holds(A, E, L, last):
     return last, np.maximum(wait, 0.0), lf, np.maximum(late, 0.0)
 
 
+def _job_holds(A, X):
+    """The last arrival ``L`` at each collective, who arrived last, and :func:`_holds` of the job's arrival and
+    proven-end matrices (:class:`labkit.trace.ondisk.Matrix`, ranks × collectives), a column slab at a time:
+    every figure is per collective, so it is the same whatever the slab width."""
+    (R, n), w = A.shape, max(1, min(A.slab_cols(), X.slab_cols()))
+    L, last, parts = np.empty(n), np.empty(n, dtype=np.intp), []
+    for j0 in range(0, n, w):
+        j1 = min(n, j0 + w)
+        a = A.read(j0=j0, j1=j1)
+        L[j0:j1], last[j0:j1] = a.max(axis=0), a.argmax(axis=0)
+        parts.append(_holds(a, X.read(j0=j0, j1=j1), L[j0:j1], last[j0:j1]))
+        del a
+    parts = parts or [_holds(np.empty((R, 0)), np.empty((R, 0)), L, last)]
+    return L, last, tuple(np.concatenate([p[k] for p in parts]) for k in range(4))
+
+
 class RankSeconds(Mapping):
     """Seconds per rank of one step (``StepPath.held_s``, ``waited_s``): a read-only mapping rank → float over
-    one float array and the job's rank order, shared by every step. It reads, iterates and compares (``==``
-    a dict) as the dict of the same items; it holds 8 bytes a rank where a dict held ~60 — the parent keeps
-    two per step of every rank. ``skip``: the index of the one rank left out (the pacer, in ``waited_s``), or
-    -1. Taught in chapter 9."""
+    one row of floats and the job's rank order, shared by every step. It reads, iterates and compares (``==``
+    a dict) as the dict of the same items. The row is a float array, or (:meth:`on_disk`) a row of a
+    :class:`RankStore`'s file, read each time it is asked for (the latest row of each file kept): the parent
+    keeps two per step of every rank, so on disk they do not grow its memory with the rank count. Pickled, it
+    is the array form. ``skip``: the index of the one rank left out (the pacer, in ``waited_s``), or -1.
+    Taught in chapter 9."""
 
-    __slots__ = ("_keys", "_pos", "_v", "_skip")
+    __slots__ = ("_keys", "_pos", "_v", "_skip", "_src")
 
     def __init__(self, keys: tuple, pos: dict, values: np.ndarray, skip: int = -1):
-        self._keys, self._pos, self._v, self._skip = keys, pos, values, skip
+        self._keys, self._pos, self._v, self._skip, self._src = keys, pos, values, skip, None
 
     @classmethod
     def pack(cls, d: dict, keys: tuple, pos: dict):
@@ -56,11 +74,25 @@ class RankSeconds(Mapping):
                 return cls(keys, pos, np.array([*list(d.values())[:skip], 0.0, *list(d.values())[skip:]]), skip)
         return d
 
+    @classmethod
+    def on_disk(cls, d: dict, keys: tuple, pos: dict, store: RankStore, name: str, row: int):
+        """:meth:`pack` of ``d``, its values written to row ``row`` of ``store``'s file ``name`` and read back
+        from there; ``d`` itself where it does not pack."""
+        rs = cls.pack(d, keys, pos)
+        if not isinstance(rs, cls):
+            return d
+        store.write(name, row, rs._v)
+        rs._v, rs._src = None, (store, name, row)
+        return rs
+
+    def _values(self) -> np.ndarray:
+        return self._v if self._src is None else self._src[0].row(self._src[1], self._src[2])
+
     def __getitem__(self, r) -> float:
         i = self._pos.get(r)
         if i is None or i == self._skip:
             raise KeyError(r)
-        return float(self._v[i])
+        return float(self._values()[i])
 
     def __iter__(self):
         return (r for i, r in enumerate(self._keys) if i != self._skip)
@@ -70,6 +102,37 @@ class RankSeconds(Mapping):
 
     def __repr__(self) -> str:
         return repr(dict(self))
+
+    def __reduce__(self):
+        return type(self), (self._keys, self._pos, np.array(self._values()), self._skip)
+
+
+class RankStore:
+    """The files of a job's :class:`RankSeconds` rows (``names``: each a steps × ranks
+    :class:`labkit.trace.ondisk.Matrix`) in a private folder that goes when the store does — every on-disk
+    RankSeconds holds it, so a step's ``held_s`` outlives the result it came from. Taught in chapter 9."""
+
+    __slots__ = ("folder", "_m", "_last", "__weakref__")
+
+    def __init__(self, rows: int, cols: int, names=("held_s", "waited_s")):
+        from labkit.trace.ondisk import Matrix, results_dir
+
+        self.folder = results_dir(self)
+        self._m = {n: Matrix(self.folder / f"{n}.f64", rows, cols) for n in names}
+        self._last: dict[str, tuple[int, np.ndarray]] = {}
+
+    def write(self, name: str, row: int, values) -> None:
+        self._m[name].write(row, values)
+        self._last.pop(name, None)
+
+    def row(self, name: str, row: int) -> np.ndarray:
+        """Row ``row`` of file ``name`` (read-only; the latest row read of each file is kept)."""
+        got = self._last.get(name)
+        if got is None or got[0] != row:
+            v = self._m[name].read(row, row + 1)[0]
+            v.flags.writeable = False
+            self._last[name] = got = (row, v)
+        return got[1]
 
 
 def _held(in_step, ranks, hold, keys=None):
@@ -92,7 +155,7 @@ def _pacer(held, by_rank, ranks) -> int:
     return max(non_comm, key=non_comm.get) if non_comm else ranks[0]
 
 
-def _lateness(pi, in_step, ranks, A, L, last, hold):
+def _lateness(pi, in_step, ranks, col, L, last, hold):
     """The others' waits at the step's collectives the pacer reached last, the first of them (None if it reached
     none last, or alone) and, reaching none last, how it held the others instead: by leaving late, ``{"comm":
     by how much}`` (its step's sum; else ``{}``). The stretch that made the pacer late runs, on every rank, from the
@@ -100,7 +163,7 @@ def _lateness(pi, in_step, ranks, A, L, last, hold):
     none can leave before it) to its arrival there — its transfer of that collective to its proven end
     (``comm``), then its own work (:func:`_own_time`). Later collectives inherit the lateness: the others
     computed their next gradients while they waited, so comparing those stretches would charge the pacer's
-    inherited compute, whatever made it late."""
+    inherited compute, whatever made it late. ``col(j)``: every rank's arrival at collective ``j``."""
     R = len(ranks)
     waited: dict[int, float] = {}
     reached_last = [j for j in in_step.tolist() if last[j] == pi]
@@ -109,18 +172,19 @@ def _lateness(pi, in_step, ranks, A, L, last, hold):
     if not reached_last:
         late = sum(float(hold[3][j]) for j in in_step.tolist() if hold[2][j] == pi) * US
         return waited, None, ({"comm": late} if late > 0 else {})
-    for j in reached_last:
-        for ri in range(R):
-            if ri != pi:
-                waited[ranks[ri]] = waited.get(ranks[ri], 0.0) + max(L[j] - A[ri, j], 0.0) * US
+    acc = np.zeros(R)
+    for j in reached_last:                  # per rank, the same additions in the same order as one at a time
+        acc += np.maximum(L[j] - col(j), 0.0) * US
+    waited = {ranks[ri]: acc[ri] for ri in range(R) if ri != pi}
     return waited, reached_last[0], None
 
 
-def _own_time(walked, ranks, index_of, A, X, L, d0) -> np.ndarray:
+def _own_time(walked, ranks, index_of, cols, L, d0) -> np.ndarray:
     """Seconds per own cause (:data:`_OWN`, then ``comm``: the rank's transfer of the collective before, to its
     proven end ``X``) each rank spent in the stretch before each step's first collective its pacer reached last
     (steps × ranks × causes), rank by rank: one rank's index at a time, each stretch reduced to its sums as soon
-    as it is classified."""
+    as it is classified. ``cols[k]``: every rank's arrival at step ``k``'s collective ``j`` (``walked[k][7]``)
+    and proven end of collective ``j - 1`` (None where ``j`` is 0), or None where ``j`` is."""
     own = np.zeros((len(walked), len(ranks), len(_OWN) + 1))
     for ri, r in enumerate(ranks):
         if all(w[7] is None for w in walked):
@@ -130,10 +194,11 @@ def _own_time(walked, ranks, index_of, A, X, L, d0) -> np.ndarray:
             j = w[7]
             if j is None:
                 continue
+            aj, xp = cols[k]
             a = max(d0[ri], L[j - 1]) if j > 0 else d0[ri]
-            b = min(max(a, X[ri, j - 1]), A[ri, j]) if j > 0 else a
+            b = min(max(a, xp[ri]), aj[ri]) if j > 0 else a
             own[k, ri, -1] = (b - a) * US
-            for cause, (s, e) in index.classify(b, A[ri, j]):
+            for cause, (s, e) in index.classify(b, aj[ri]):
                 if cause in _OWN:
                     own[k, ri, _OWN.index(cause)] += (e - s) * US
         del index

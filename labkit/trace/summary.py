@@ -347,3 +347,18 @@ def summarize_ranks(path, *, steps=None, allow_mixed: bool = False, max_mb=None,
     got = _pool_map(_summarize_one, jobs, [f.stat().st_size for f in files], workers)
     ranks = [r for r in got if r is not None]
     return _one_per_rank(ranks, [f.name for f, r in zip(files, got, strict=True) if r is None], path, allow_mixed)
+
+
+def _classify_all(queries, index_of) -> list:
+    """Classify (rank, a, b) stretches (:meth:`ClassIndex.classify`), each rank's index fetched once (from disk
+    when it is kept there): the cross-rank critical path's pieces (:mod:`labkit.trace.critical_path`)."""
+    out: list = [None] * len(queries)
+    by_rank: dict[int, list[int]] = {}
+    for q, (r, _, _) in enumerate(queries):
+        by_rank.setdefault(r, []).append(q)
+    for r, qs in by_rank.items():
+        index = index_of(r)
+        for q in qs:
+            out[q] = index.classify(queries[q][1], queries[q][2])
+        del index
+    return out
