@@ -56,7 +56,7 @@ __all__ = ["critical_path", "critical_path_of", "critical_path_from", "CriticalP
 
 #: what a stretch of the path is spent on (see the module docstring for the priority)
 CAUSES = ("compute", "data", "comm", "host", "idle")
-#: steps whose ranks' own time (:func:`labkit.trace.pacing._own_time`, 40 bytes a rank) is held at once
+#: most steps whose ranks' own time (40 bytes a rank and step) is held at once (fewer where they pass a slab)
 _OWN_STEPS = 256
 
 
@@ -254,11 +254,14 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
     Arguments as :func:`labkit.trace.analyze`. ValueError when fewer steps than selected are shared by
     every rank. Streamed: each rank is reduced in a worker to its interval index and summary arrays, written to a
     private temporary folder (deleted on any exit) and read back one rank at a time (:mod:`labkit.trace.spill`).
-    The parent holds per rank and collective 24 bytes (arrival, end, proven end: the matrices the walk and
-    the pacing rules read; 16 where the proven ends are the ends, as on GPU traces), per rank and step 8 (its
-    step start) and 16 in the result (``held_s``/``waited_s``, :class:`labkit.trace.pacing.RankSeconds`), and
-    each rank's own time by cause (:func:`labkit.trace.pacing._own_time`, 40 bytes a step) for 256 steps at a
-    time. Taught in chapter 9.
+    The matrices the walk and the pacing rules read (arrival, end and proven end of every rank's collectives;
+    each rank's step starts) are written a rank at a time to files (:class:`labkit.trace.ondisk.Matrix`) and
+    read back a column slab (≤ :data:`labkit.trace.ondisk.SLAB_BYTES`) or a rank's row at a time; the result's
+    ``held_s``/``waited_s`` (:class:`labkit.trace.pacing.RankSeconds`) are rows of a file that goes with the
+    last step holding them. The parent holds a few numbers per collective and per step whatever the rank count,
+    a few per rank (its summary's identity, its first step's start, its last's end), and each rank's own time by
+    cause (:func:`labkit.trace.pacing._own_time`) for a chunk of steps whose steps × ranks × causes fit a slab.
+    The same results, to the bit, as holding them all. Taught in chapter 9.
     """
     from labkit.paths import scratch
     from labkit.trace.summary import summarize_ranks

@@ -7,7 +7,10 @@ later end is a transfer of its own: a slow link (:func:`_holds`, :func:`_held`).
 that held the others longest (:func:`_pacer`); its cause is where it exceeds the other ranks' median over the
 stretch that made it late (:func:`_lateness`, :func:`_own_time`, :func:`_excess`).
 
-Times are µs in, seconds out (``US``). Taught in chapter 9.
+The job's matrices (ranks × collectives) are files (:mod:`labkit.trace.ondisk`), read a column slab at a time
+(:func:`_job_holds`; every rule is per collective, so the slab width changes no figure); each step's seconds per
+rank (:class:`RankSeconds`) are a row of a :class:`RankStore`'s files. Times are µs in, seconds out (``US``).
+Taught in chapter 9.
 """
 from __future__ import annotations
 
