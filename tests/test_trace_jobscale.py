@@ -19,7 +19,7 @@ from labkit.trace import ondisk, runs
 from labkit.trace.analysis import analysis_of, analyze
 from labkit.trace.breakdown import RankView, host_wait
 from labkit.trace.critical_path import critical_path, critical_path_from, critical_path_of
-from labkit.trace.pacing import RankSeconds
+from labkit.trace.pacing import RankSeconds, RankStore
 from labkit.trace.runs import read_ranks
 from labkit.trace.stragglers import stragglers, stragglers_of
 from labkit.trace.summary import ClassIndex, Windows, check_summaries, summarize, summarize_ranks
@@ -198,6 +198,13 @@ def test_rank_seconds_outlive_their_critical_path_and_pickle(jobs):
     del p
     gc.collect()
     assert not folder.exists() and dict(q.held_s) == want_held    # the folder went with its last step
+    store = RankStore(2, 3)
+    store.write("held_s", 1, [1.0, 2.0, 3.0])
+    assert store.row("held_s", 1).tolist() == [1.0, 2.0, 3.0] and store.row("waited_s", 0).tolist() == [0.0] * 3
+    with pytest.raises(ValueError, match="name='held' is not one of its files"):
+        store.row("held", 0)
+    with pytest.raises(IndexError, match="outside the matrix"):
+        store.write("held_s", 2, [1.0, 2.0, 3.0])
 
 
 def test_bad_inputs_are_named(jobs, tmp_path):

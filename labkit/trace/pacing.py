@@ -124,15 +124,21 @@ class RankStore:
         self._m = {n: Matrix(self.folder / f"{n}.f64", rows, cols) for n in names}
         self._last: dict[str, tuple[int, np.ndarray]] = {}
 
+    def _file(self, name: str):
+        if name not in self._m:
+            raise ValueError(f"RankStore: name={name!r} is not one of its files {sorted(self._m)}")
+        return self._m[name]
+
     def write(self, name: str, row: int, values) -> None:
-        self._m[name].write(row, values)
+        """Row ``row`` of file ``name`` from ``values`` (one a rank)."""
+        self._file(name).write(row, values)
         self._last.pop(name, None)
 
     def row(self, name: str, row: int) -> np.ndarray:
         """Row ``row`` of file ``name`` (read-only; the latest row read of each file is kept)."""
         got = self._last.get(name)
         if got is None or got[0] != row:
-            v = self._m[name].read(row, row + 1)[0]
+            v = self._file(name).read(row, row + 1)[0]
             v.flags.writeable = False
             self._last[name] = got = (row, v)
         return got[1]
