@@ -13,7 +13,8 @@ The face of the trace family; each file is one concept:
   rank's events reach the parent;
 - :mod:`labkit.trace.spill`, :mod:`labkit.trace.jobtables`, :mod:`labkit.trace.ondisk` — the summaries' arrays
   and the job's own tables (ranks × steps, ranks × collectives) kept on disk, read back a rank or a slab at a time
-  and, for the result tables, when they are asked for: the analysing process does not grow with the rank count;
+  and, for the result tables, when they are asked for: the analysing process holds of each rank only its
+  summary's identity and op tables, not its rows;
 - :mod:`labkit.trace.breakdown` — labkit's definitions of compute, exposed/hidden communication,
   memcpy, idle (host wait vs other) and data wait per step window;
 - :mod:`labkit.trace.analysis` — :func:`analyze` and its result :class:`TraceAnalysis` (tables,
