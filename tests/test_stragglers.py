@@ -56,3 +56,23 @@ def test_the_margin_is_relative_to_the_step_and_to_the_kind_of_trace():
     under, _ = stragglers(_colls(STEP_US * LATE_MARGIN["cpu"] * 0.9))
     over, _ = stragglers(_colls(STEP_US * LATE_MARGIN["cpu"] * 1.1))
     assert not under["straggler"].any() and over.set_index("rank").loc[1, "straggler"]
+
+
+def test_last_beyond_chance_at_the_level_chapter_9_teaches():
+    """With 2 ranks 4 of 4 and 5 of 6 are last beyond chance (tails 1/16, 7/64), 3 of 3 (1/8) and 4 of 6 are not;
+    with 4 ranks 2 of 3 is not (10/64) and 5 of 8 is (0.027)."""
+    from labkit.trace.stragglers import CHANCE_LEVEL, binom_tail, last_beyond_chance
+
+    assert binom_tail(6, 5, 0.5) == pytest.approx(7 / 64) and CHANCE_LEVEL == 0.125
+    assert [last_beyond_chance(n, k, 2) for n, k in ((4, 4), (6, 5), (3, 3), (6, 4), (2, 2))] == [
+        True, True, False, False, False]
+    assert not last_beyond_chance(3, 2, 4) and last_beyond_chance(8, 5, 4)
+
+
+def test_a_straggler_last_at_five_of_six_is_named():
+    """One collective of six where a time slice put the other rank last does not hide a rank late by a third."""
+    colls = _colls(35_000.0)
+    colls[0][2][3]["start_us"] += 40_000.0            # rank 0 held 40 ms at one collective: 5 ms after rank 1
+    table, _ = stragglers(colls)
+    r1 = table.set_index("rank").loc[1]
+    assert int(r1["times_last"]) == 5 and bool(r1["straggler"])

@@ -49,7 +49,7 @@ import numpy as np
 from labkit import checks
 from labkit.trace.breakdown import RankView
 from labkit.trace.pacing import RankSeconds, _excess, _held, _job_holds, _lateness, _own_time, _pacer
-from labkit.trace.stragglers import LATE_MARGIN, binom_tail
+from labkit.trace.stragglers import LATE_MARGIN, last_beyond_chance
 from labkit.units import US
 
 __all__ = ["critical_path", "critical_path_of", "critical_path_from", "CriticalPath", "StepPath", "CAUSES"]
@@ -187,9 +187,9 @@ class CriticalPath:
             return None, None
         rank = max(held, key=held.get)
         # a slow rank holds the others again and again; ranks time-sliced on shared cores take turns. The
-        # stragglers table's test: at more than half the collectives, more often than chance (binomial, 10 %)
+        # stragglers table's test: at more than half the collectives, more often than chance (binomial, < 1/8)
         n, k = self.n_collectives, self.times_last.get(rank, 0)
-        if not (k > n / 2 and binom_tail(n, k, 1 / len(self.ranks)) < 0.10):
+        if not last_beyond_chance(n, k, len(self.ranks)):
             return None, None
         causes: dict[str, float] = {}
         for p in self.steps:

@@ -121,7 +121,7 @@ def _stragglers(files, ranks, kind, types, starts, ends, comp_med, step_us):
     docstring): the same rows and figures, the lateness matrix written to a file for the ``collectives`` table."""
     import pandas as pd
 
-    from labkit.trace.stragglers import LATE_MARGIN, binom_tail
+    from labkit.trace.stragglers import LATE_MARGIN, last_beyond_chance
 
     R, n = starts.shape
     w = starts.slab_cols()
@@ -154,7 +154,7 @@ def _stragglers(files, ranks, kind, types, starts, ends, comp_med, step_us):
         late_of_step = float(late.mean()) / step_us if step_us > 0 else 0.0
         # the test of labkit.trace.stragglers._table (its comments say why): last more often than chance, late
         # by more than 10 % of a typical collective and by LATE_MARGIN of a step
-        strag = (times_last > n / 2 and binom_tail(n, times_last, 1 / R) < 0.10
+        strag = (last_beyond_chance(n, times_last, R)
                  and mean_late > 0.1 * med_dur * US and late_of_step >= LATE_MARGIN[kind])
         peer_wait = np.minimum(late_max - late, dur)
         rows.append({"rank": r, "n_collectives": n, "times_last": times_last, "mean_late_s": mean_late,
