@@ -100,7 +100,9 @@ def test_each_fault_is_named_by_diagnose_from_a_live_run(tmp_path, calibrated_pe
         d = diagnose(rec, a)
         flagged = a.stragglers[a.stragglers["straggler"]]["rank"].tolist()
         got[n] = (d.primary, flagged)
-        why[n] = d.report()
+        sizes = {k: rec.config.get(k) for k in ("host_stall_s_used", "host_stall_reps_used", "data_slowdown_s_used",
+                                               "comm_pad_mb_used")}
+        why[n] = f"{d.report()}\nsizes {sizes}\n{a.stragglers.to_string()}"
     # (the other faults can have a rank last more often than chance by a few ms: no assertion on them)
     assert got["straggler"][1] == [cfgs[names.index("straggler")].straggler_rank], why["straggler"]
     assert {n: p for n, (p, _) in got.items()} == {n: faults.FAULTS[n].family for n in names}, (got, why)

@@ -116,7 +116,7 @@ LINK_RANKS = 2              # the slow link's job: this many gloo ranks, one per
 LINK_SYNC_STEPS = 1.0       # one gradient all-reduce over the link takes this many clean steps
 # the workload's environment: never shown, never changed by a fix
 HIDDEN = ("inject", "inject_share", "inject_steps", "data_slowdown_s", "data_slowdown_s_used", "memory_budget_mb",
-          "comm_pad_mb", "comm_pad_mb_used", "host_stall_s", "host_stall_s_used", "straggler_rank", "straggler_by",
+          "comm_pad_mb", "comm_pad_mb_used", "host_stall_s", "host_stall_s_used", "host_stall_reps_used", "straggler_rank", "straggler_by",
           "profile_dir",
           "ranks_per_node", "inter_node_gbit_s", "link_overlap", "label")
 # what defines the job: a fix may not change these (nor the global batch, micro_batch × accum)

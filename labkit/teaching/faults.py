@@ -78,7 +78,7 @@ INJECT_SHARE = 0.5          # every fault adds one clean step: share / (1 − sh
 # (and the trace folder, an absolute path); everything else is the same for every fault
 _HIDDEN = ("inject", "inject_share", "inject_steps", "data_slowdown_s", "comm_pad_mb", "host_stall_s", "straggler_rank",
            "straggler_by",
-           "data_slowdown_s_used", "comm_pad_mb_used", "host_stall_s_used", "micro_batch_requested",
+           "data_slowdown_s_used", "comm_pad_mb_used", "host_stall_s_used", "host_stall_reps_used", "micro_batch_requested",
            "profile_dir", "label")
 
 

@@ -13,13 +13,17 @@ inject        what changes
 ``memory``    an activation budget smaller than the micro-batch needs: the micro-batch halves until
               it fits (accumulation keeps the global batch); if even one sequence does not fit,
               activations are recomputed (checkpointing)
-``host``      every rank's training thread blocks ``host_stall_s`` once per step outside any op and
-              any meter phase — what a hidden host sync (``.item()``, a print of a tensor, a blocking
-              log write) costs on a GPU, where the host then waits for the device; on CPU there is no
-              device queue to wait for, so the block is a sleep (SIMULATED cost, real time)
+``host``      every rank's training thread blocks once per step outside any op and any meter
+              phase — what a hidden host sync (``.item()``, a print of a tensor, a blocking log
+              write) costs on a GPU, where the host then waits for the device. On a GPU the block is a
+              sleep of ``host_stall_s``; on a CPU there is no device queue to wait for, so it is pure-Python
+              host work (:func:`host_work`) of a size timed at the start, which then grows with the
+              machine's load as the step's own work does (a sleep would not: on a shared machine that
+              gets busier mid-run, a sleep shrinks to a sliver of the slowed step). SIMULATED cost, real time
 ``straggler`` the same block on one rank only (``straggler_rank``, default the last): a slow node or
               a busy host; the other ranks wait for it inside the next step's gradient all-reduce.
-              ``straggler_by`` = ``"compute"`` (matrix multiplies), ``"data"`` (its loader sleeps) or
+              ``straggler_by`` = ``"compute"`` (matrix multiplies: on a CPU a number of them timed at the
+              start, on a GPU for the block's wall time), ``"data"`` (its loader sleeps) or
               ``"link"`` (its gradient buckets held back in its collectives by a link sized to add
               the same time, :func:`labkit.train.slow_link.slow_straggler_link`)
 ``work``      every rank does a fixed amount of extra compute each step: ``work_matmuls`` multiplies
@@ -32,13 +36,15 @@ inject        what changes
 :func:`plan` applies the compute and memory injections to the config before the model is built.
 :func:`size_injection` sizes the data, comm, host and straggler injections against *this machine's own
 clean step* (two un-injected steps are timed first, then undone by :func:`rewound`) so that they add ``inject_share`` of a step whatever
-the load on a shared machine; ``data_slowdown_s`` / ``comm_pad_mb`` / ``host_stall_s`` fix them instead.
+the load on a shared machine; ``data_slowdown_s`` / ``comm_pad_mb`` / ``host_stall_s`` fix them instead. On a CPU
+:func:`calibrate` turns the host or compute block into a count of work units timed beside the clean steps
+(:func:`stall_reps`), so a load that changes after the calibration slows the block as much as the step.
 :func:`size_work` sizes the work injection the same way, in multiplies: three clean steps and a block of
 multiplies are timed in this process's CPU seconds (on a GPU: wall time between synchronisations), and
 ``work_matmuls`` = share / (1 − share) × the clean step ÷ one multiply, so the injected work is
 ``inject_share`` of the slowed step (0.05: the step grows by 1/0.95 − 1 = 5.3 %); ``work_matmuls`` > 0 fixes
 it. What was used is in the record's config (``data_slowdown_s_used``, ``comm_pad_mb_used``,
-``host_stall_s_used``, ``work_matmuls_used``, ``work_flops_used``, ``micro_batch_requested``,
+``host_stall_s_used``, ``host_stall_reps_used``, ``work_matmuls_used``, ``work_flops_used``, ``micro_batch_requested``,
 ``memory_budget_bytes``).
 
 Taught in chapter 14 (systematic diagnosis) and chapter 2 (the five bottleneck families).
@@ -135,7 +141,7 @@ def stalls_here(cfg, rank: int, world_size: int) -> bool:
 
 def busy_compute(seconds: float, device) -> int:
     """Spend ``seconds`` of wall time in 256×256 matrix multiplies (operators a trace sees as compute): the
-    ``straggler_by="compute"`` injection. Returns how many ran. Taught in chapter 9 (the critical path)."""
+    ``straggler_by="compute"`` injection on a GPU. Returns how many ran. Taught in chapter 9 (the critical path)."""
     import torch
 
     a = torch.randn(256, 256, device=device)
@@ -148,9 +154,68 @@ def busy_compute(seconds: float, device) -> int:
     return n
 
 
-def calibrate(cfg, clean_step, device) -> tuple[float, float, float]:
+def compute_work(n: int, device) -> int:
+    """``n`` of :func:`busy_compute`'s 256×256 multiplies (ops a trace sees as compute), however long they take:
+    the ``straggler_by="compute"`` injection on a CPU, where :func:`stall_reps` sizes ``n``. Returns ``n``.
+    Taught in chapter 9."""
+    import torch
+
+    from labkit import checks
+
+    n = checks.count("n", n, at_least=0)
+    a = torch.randn(256, 256, device=device)
+    for _ in range(n):
+        a = torch.tanh(a @ a)
+    return n
+
+
+HOST_UNIT = 4096         # pure-Python iterations in one unit of host work (≈ 0.1–0.3 ms on the course's CPUs)
+
+
+def host_work(units: int) -> int:
+    """``units`` × :data:`HOST_UNIT` pure-Python iterations: work on the host thread in no torch op, which a
+    trace shows as host time outside any op (the host stall on a CPU; :func:`stall_reps` sizes ``units``).
+    Returns a checksum, so the loop is not skipped. Taught in chapter 14."""
+    from labkit import checks
+
+    x = 0
+    for _ in range(checks.count("units", units, at_least=0)):
+        for i in range(HOST_UNIT):
+            x ^= i
+    return x
+
+
+def stall_reps(cfg, stall_s: float, device) -> int:
+    """Work units that take the host or straggler block's ``stall_s`` seconds on this machine now: one
+    unit's wall time (:func:`host_work`, or :func:`compute_work` for ``straggler_by="compute"``) is the median
+    of three blocks of 8, timed beside the clean steps, so the units are sized under the same load. The block
+    then grows with the machine's load as the step does, where a sleep or a deadline would shrink to a
+    sliver of a step slowed after the calibration. 0 (keep the wall-time block) on a GPU, where the host's
+    load does not set the step's time, with a fixed ``host_stall_s``, and for the data and link stragglers.
+    Taught in chapter 14."""
+    import statistics
+
+    if (device.type == "cuda" or cfg.host_stall_s or stall_s <= 0 or cfg.inject not in ("host", "straggler")
+            or (cfg.inject == "straggler" and cfg.straggler_by not in ("host", "compute"))):
+        return 0
+    if cfg.inject == "straggler" and cfg.straggler_by == "compute":
+        def unit(k):
+            return compute_work(k, device)
+    else:
+        unit = host_work
+    unit(2)                                                     # warm the kernel / the loop
+    per = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        unit(8)
+        per.append((time.perf_counter() - t0) / 8)
+    return max(1, round(stall_s / max(statistics.median(per), 1e-9)))
+
+
+def calibrate(cfg, clean_step, device) -> tuple[float, float, float, int]:
     """Time two clean steps (``clean_step()``) and one all-reduce on every rank, agree on the sizes
-    (the largest over ranks, so every rank pads the same) and return :func:`size_injection`'s triple."""
+    (the largest over ranks, so every rank pads the same) and return :func:`size_injection`'s triple and
+    :func:`stall_reps`' count of work units for the host or compute block (0: the block is a wall time)."""
     import time
 
     import torch
@@ -175,11 +240,25 @@ def calibrate(cfg, clean_step, device) -> tuple[float, float, float]:
         dist.all_reduce(t_ar, op=dist.ReduceOp.MIN)
         bw = buf.numel() * 4 / max(float(t_ar[0]), 1e-6)
     slow, pad, stall = size_injection(cfg, t_clean, bw if bw != float("inf") else 0.0)
+    reps = stall_reps(cfg, stall, device)
     if dist.is_initialized() and dist.get_world_size() > 1:
-        knobs = torch.tensor([slow, pad, stall], dtype=torch.float64, device=device)
+        knobs = torch.tensor([slow, pad, stall, reps], dtype=torch.float64, device=device)
         dist.all_reduce(knobs, op=dist.ReduceOp.MAX)
-        slow, pad, stall = float(knobs[0]), float(knobs[1]), float(knobs[2])
-    return slow, pad, stall
+        slow, pad, stall, reps = float(knobs[0]), float(knobs[1]), float(knobs[2]), int(knobs[3])
+    return slow, pad, stall, reps
+
+
+def block(cfg, stall_s: float, reps: int, device) -> None:
+    """The host or straggler block of one step (outside every meter phase): ``reps`` work units if
+    :func:`stall_reps` sized them, else ``stall_s`` of wall time (a sleep; matrix multiplies for
+    ``straggler_by="compute"``). Taught in chapter 14."""
+    compute = cfg.inject == "straggler" and cfg.straggler_by == "compute"
+    if reps:
+        compute_work(reps, device) if compute else host_work(reps)
+    elif compute:
+        busy_compute(stall_s, device)
+    else:
+        time.sleep(stall_s)
 
 
 WORK_SIDE = 128          # the work injection's matrices: 128×128 fp32, 2·128³ ≈ 4.2 MFLOP per multiply

@@ -289,14 +289,11 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
             opt.zero_grad(set_to_none=True)
         if work:
             inject.do_work(work, device)        # lab 11: a regression of known size, real compute
-        if stall:
-            if cfg.straggler_by == "compute":
-                inject.busy_compute(stall, device)   # the straggler's extra work: matrix multiplies (ops)
-            else:
-                time.sleep(stall)       # the host stall: in the step, in no op and no phase
+        if stall:     # the host stall (in the step, in no op and no phase), or the straggler's matmuls (ops)
+            inject.block(cfg, stall, stall_reps, device)
         return loss
 
-    pad, stall, work = None, 0.0, 0
+    pad, stall, work, stall_reps = None, 0.0, 0, 0
     if cfg.inject == "work":
         with inject.rewound(model, opt, scaler, (scale_log, grad_log, moe_log, between._norms)):
             work = inject.size_work(cfg, step, device)                  # three real steps, undone after
@@ -304,8 +301,9 @@ def train(cfg: TrainConfig, *, probe=None) -> RunRecord:
         batches = _batches(cfg, cfg.data_slowdown_s, n, device)        # from the first batch, as a clean run
     if cfg.inject in ("data", "comm", "host", "straggler"):
         with inject.rewound(model, opt, scaler, (scale_log, grad_log, moe_log, between._norms)):
-            slow, pad_mb, stall_s = inject.calibrate(cfg, step, device)   # two real steps, undone after
-        facts.update(data_slowdown_s_used=slow, comm_pad_mb_used=pad_mb, host_stall_s_used=stall_s)
+            slow, pad_mb, stall_s, stall_reps = inject.calibrate(cfg, step, device)   # two real steps, undone after
+        facts.update(data_slowdown_s_used=slow, comm_pad_mb_used=pad_mb, host_stall_s_used=stall_s,
+                     host_stall_reps_used=stall_reps)
         stall = stall_s if inject.stalls_here(cfg, rank, n) else 0.0
         if stall and cfg.straggler_by == "data":     # the straggler's loader sleeps per sample instead
             slow, stall = stall / (cfg.micro_batch * cfg.first_accum), 0.0
