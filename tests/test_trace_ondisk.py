@@ -103,3 +103,23 @@ def test_slabs_read_each_slab_once_walking_either_way(tmp_path, monkeypatch):
         ondisk.Slabs(a)
     with pytest.raises(ValueError, match="keep=0"):
         ondisk.Slabs(m, keep=0)
+
+
+def test_column_slabs_cover_every_column_once_in_bounded_slabs(tmp_path, monkeypatch):
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(5, 23)), rng.normal(size=(5, 23))
+    ma, mb = ondisk.Matrix(tmp_path / "a", 5, 23), ondisk.Matrix(tmp_path / "b", 5, 23)
+    for i in range(5):
+        ma.write(i, a[i])
+        mb.write(i, b[i])
+    monkeypatch.setattr(ondisk, "SLAB_BYTES", 5 * 8 * 4)              # 4 columns of 5 rows
+    got = list(ondisk.column_slabs(ma, mb))
+    assert [(j0, j1) for j0, j1, _ in got] == [(j, min(23, j + 4)) for j in range(0, 23, 4)]
+    assert (np.hstack([x for _, _, (x, _) in got]) == a).all() and (np.hstack([y for _, _, (_, y) in got]) == b).all()
+    ones = list(ondisk.column_slabs(ma, rows=1))                       # one row: 20 columns a slab
+    assert [j1 - j0 for j0, j1, _ in ones] == [20, 3] and (np.hstack([x for _, _, (x,) in ones]) == a[:1]).all()
+    assert list(ondisk.column_slabs(ondisk.Matrix(tmp_path / "e", 5, 0))) == []
+    with pytest.raises(ValueError, match="widths differ"):
+        list(ondisk.column_slabs(ma, ondisk.Matrix(tmp_path / "c", 5, 22)))
+    with pytest.raises(TypeError, match="Matrix"):
+        list(ondisk.column_slabs(a))

@@ -318,7 +318,7 @@ def analyze(path, *, steps=None, allow_mixed: bool = False, max_mb=None, max_eve
     with scratch("labkit-analyze-") as tmp:      # private (0700), gone on any exit (after a kill: labkit.paths)
         sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
                                workers=workers, fields="analysis", arrays_dir=tmp)
-        return _analysis(sums, steps)
+        return _analysis(sums, steps, folder=tmp)
 
 
 def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
@@ -329,9 +329,10 @@ def analysis_of(summaries, *, steps=None) -> TraceAnalysis:
     return _analysis(summaries, steps)
 
 
-def _analysis(summaries, steps=None) -> TraceAnalysis:
+def _analysis(summaries, steps=None, folder=None) -> TraceAnalysis:
     """:func:`analysis_of` on summaries in memory or spilled to disk (:mod:`labkit.trace.spill`), read back one
-    rank at a time into the job's tables on disk (:mod:`labkit.trace.jobtables`)."""
+    rank at a time into the job's tables on disk (:mod:`labkit.trace.jobtables`); ``folder``: a scratch folder for
+    working files (``analyze``'s)."""
     from labkit.trace import jobtables
     from labkit.trace.summary import check_summaries
 
@@ -347,7 +348,7 @@ def _analysis(summaries, steps=None) -> TraceAnalysis:
                for r, h, t in zip(agg["rank"], agg["comm_hidden"], comm_tot, strict=True)}
     ops = {"kernel": _merge_ops([s.ops_kernel for s in summaries]),
            "cpu_op": _merge_ops([s.ops_cpu for s in summaries])}
-    comm_by_type = jobtables.comm_by_type(summaries)
+    comm_by_type = jobtables.comm_by_type(summaries, folder)
     data_wait = float(agg["data_wait"].mean())
     return TraceAnalysis(kind=kind, paths=[str(s.path) for s in summaries], ranks=[s.rank for s in summaries],
                          steps=all_steps, breakdown=agg, step_breakdown=step_df, overlap=overlap,

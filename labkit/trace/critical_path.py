@@ -43,6 +43,7 @@ Same function on CPU (gloo: the collectives are the ``gloo:*`` spans of its run-
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -273,7 +274,14 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
     with scratch("labkit-critical-path-") as tmp:      # private (0700), gone on any exit (after a kill: labkit.paths)
         sums = summarize_ranks(path, steps=steps, allow_mixed=allow_mixed, max_mb=max_mb, max_events=max_events,
                                workers=workers, index_dir=tmp, fields="path", arrays_dir=tmp)
-        return _path_of(sums)
+        return _path_of(sums, folder=tmp)
+
+
+def _subfolder(folder, name: str) -> Path:
+    """A new private folder ``name`` inside ``folder``."""
+    p = Path(folder) / name
+    p.mkdir(mode=0o700)
+    return p
 
 
 def critical_path_of(views: list[RankView], *, steps=None) -> CriticalPath:
@@ -295,9 +303,12 @@ def critical_path_from(summaries) -> CriticalPath:
     return _path_of(summaries)
 
 
-def _path_of(summaries) -> CriticalPath:
+def _path_of(summaries, folder=None) -> CriticalPath:
     """:func:`critical_path_from` on summaries in memory or spilled (:mod:`labkit.trace.spill`): three passes, one
-    rank's arrays at a time: the shared steps, each step's matched collectives, the matrices row by row."""
+    rank's arrays at a time: the shared steps, each step's matched collectives, the matrices row by row (in a
+    ``matrices`` folder inside ``folder``, ``critical_path``'s scratch folder; None: a scratch folder of its own)."""
+    import contextlib
+
     from labkit.paths import scratch
     from labkit.trace.ondisk import Matrix
     from labkit.trace.spill import _colls_by_step, _steps_of, rank
@@ -327,7 +338,8 @@ def _path_of(summaries) -> CriticalPath:
     R, n = len(ranks), len(coll_step)
     offs = np.cumsum(per) - per
     first, end = {}, {}
-    with scratch("labkit-critical-path-matrices-") as tmp:      # the job's matrices, a row (a rank) at a time
+    with (scratch("labkit-critical-path-matrices-") if folder is None
+          else contextlib.nullcontext(_subfolder(folder, "matrices"))) as tmp:   # the job's matrices, a rank a row
         A, E = Matrix(tmp / "arrive.f64", R, n), Matrix(tmp / "end.f64", R, n)
         X = E             # proven ends (CPU: the cut span); E itself while they equal the ends (GPU): no copy
         bounds = Matrix(tmp / "step_starts.f64", R, len(shared))

@@ -95,8 +95,7 @@ def job_tables(summaries, steps=None):
         strag_df, aligned = _table([], "cpu", [], None, None, None, 0.0)
         return step_lazy, agg, sorted(step_ids), strag_df, aligned
     kind = "gpu" if any(s.kind == "gpu" for s in summaries) else "cpu"
-    w = host.slab_cols(1)
-    step_us = ondisk.median(lambda: (host.read(j0=j, j1=min(j + w, total))[0] for j in range(0, total, w)), total)
+    step_us = ondisk.median(lambda: (b[0][0] for _, _, b in ondisk.column_slabs(host, rows=1)), total)
     host.delete()
     types = rank(summaries[order[0]], ("coll_type",)).coll_type[:nc]
     strag_df, aligned = _stragglers(files, [summaries[i].rank for i in order], kind, types, starts, ends,
@@ -124,21 +123,18 @@ def _stragglers(files, ranks, kind, types, starts, ends, comp_med, step_us):
     from labkit.trace.stragglers import LATE_MARGIN, last_beyond_chance
 
     R, n = starts.shape
-    w = starts.slab_cols()
     first, late_max = np.empty(n), np.empty(n)
     last = np.empty(n, dtype=np.int64)
-    for j in range(0, n, w):
-        s = starts.read(j0=j, j1=min(j + w, n))
-        first[j:j + s.shape[1]] = s.min(axis=0)
-        s -= first[j:j + s.shape[1]]
-        last[j:j + s.shape[1]] = s.argmax(axis=0)
-        late_max[j:j + s.shape[1]] = s.max(axis=0)
+    for j, j1, (s,) in ondisk.column_slabs(starts):
+        first[j:j1] = s.min(axis=0)
+        s -= first[j:j1]
+        last[j:j1] = s.argmax(axis=0)
+        late_max[j:j1] = s.max(axis=0)
         del s
 
     def durations():
-        for j in range(0, n, w):
-            j1 = min(j + w, n)
-            yield (ends.read(j0=j, j1=j1) - starts.read(j0=j, j1=j1)).reshape(-1)
+        for _, _, (e, s) in ondisk.column_slabs(ends, starts):
+            yield (e - s).reshape(-1)
 
     med_dur = ondisk.median(durations, R * n)
     late_file = ondisk.Matrix(files.folder / "late.f8", R, n)
@@ -177,12 +173,17 @@ def _stragglers(files, ranks, kind, types, starts, ends, comp_med, step_us):
     return pd.DataFrame(rows, columns=cols), ondisk.Lazy(aligned, nbytes=R * n * 8)
 
 
-def comm_by_type(summaries):
+def comm_by_type(summaries, folder=None):
     """Per collective type: count, seconds, bytes and algbw over every rank — each type's durations and bytes,
-    every rank's in rank order then time order, written to a file and summed as numpy sums them
+    every rank's in rank order then time order, written to a working file in ``folder`` (``analyze``'s scratch
+    folder; None: a scratch folder of its own, :func:`labkit.paths.scratch`) and summed as numpy sums them
     (:func:`labkit.trace.ondisk.pairwise_sum`). Chapter 9."""
+    import contextlib
+    from pathlib import Path
+
     import pandas as pd
 
+    from labkit.paths import scratch
     from labkit.trace import spill
 
     cols = ["type", "count", "total_s", "mean_s", "bytes", "algbw_GBps"]
@@ -190,31 +191,36 @@ def comm_by_type(summaries):
     kinds = sorted({t for c in counts for t in c})
     if not kinds:
         return pd.DataFrame(columns=cols)
-    files = _Files()
-    out = []
-    for t in kinds:
-        n = sum(c.get(t, 0) for c in counts)
-        f = ondisk.Matrix(files.folder / "type.f8", 3, n)      # durations; known bytes; durations of those
-        at = known_at = 0
-        for sm, c in zip(summaries, counts, strict=True):
-            if not c.get(t, 0):
-                continue
-            d, b = spill._of_rank_type(sm, t)
-            known = ~np.isnan(b)
-            f.write(0, d, at)
-            f.write(1, b[known], known_at)
-            f.write(2, d[known], known_at)
-            at, known_at = at + len(d), known_at + int(known.sum())
-            del d, b, known
-
-        def total(k, m, f=f):
-            return ondisk.pairwise_sum(lambda lo, hi: f.read(k, k + 1, lo, hi)[0], m)
-
-        dur_sum = total(0, n)
-        k_dur = total(2, known_at) if known_at < n else dur_sum
-        nbytes = total(1, known_at) if known_at else float("nan")
-        bw = nbytes / (k_dur * US) / GB if known_at and k_dur > 0 else float("nan")
-        out.append({"type": t, "count": n, "total_s": dur_sum * US, "mean_s": dur_sum / n * US,
-                    "bytes": nbytes, "algbw_GBps": bw})
-        f.delete()
+    with scratch("labkit-comm-") if folder is None else contextlib.nullcontext(Path(folder)) as where:
+        out = [_type_row(summaries, counts, t, Path(where) / "comm_type.f8") for t in kinds]
     return pd.DataFrame(out, columns=cols).sort_values("total_s", ascending=False).reset_index(drop=True)
+
+
+def _type_row(summaries, counts, t, path):
+    """comm_by_type's row of collective type ``t``, through the working file ``path`` (removed after)."""
+    from labkit.trace import spill
+
+    n = sum(c.get(t, 0) for c in counts)
+    f = ondisk.Matrix(path, 3, n)      # durations; known bytes; durations of those
+    at = known_at = 0
+    for sm, c in zip(summaries, counts, strict=True):
+        if not c.get(t, 0):
+            continue
+        d, b = spill._of_rank_type(sm, t)
+        known = ~np.isnan(b)
+        f.write(0, d, at)
+        f.write(1, b[known], known_at)
+        f.write(2, d[known], known_at)
+        at, known_at = at + len(d), known_at + int(known.sum())
+        del d, b, known
+
+    def total(k, m, f=f):
+        return ondisk.pairwise_sum(lambda lo, hi: f.read(k, k + 1, lo, hi)[0], m)
+
+    dur_sum = total(0, n)
+    k_dur = total(2, known_at) if known_at < n else dur_sum
+    nbytes = total(1, known_at) if known_at else float("nan")
+    bw = nbytes / (k_dur * US) / GB if known_at and k_dur > 0 else float("nan")
+    f.delete()
+    return {"type": t, "count": n, "total_s": dur_sum * US, "mean_s": dur_sum / n * US,
+            "bytes": nbytes, "algbw_GBps": bw}

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Matrix", "Slabs", "median", "pairwise_sum", "Lazy", "results_dir", "SLAB_BYTES"]
+__all__ = ["Matrix", "column_slabs", "Slabs", "median", "pairwise_sum", "Lazy", "results_dir", "SLAB_BYTES"]
 
 #: bytes a column slab may hold (the working set of a chunked pass over a ranks × collectives matrix)
 SLAB_BYTES = 4 << 20
@@ -93,6 +93,23 @@ class Matrix:
         """Close the file and remove it (a working matrix no result reads)."""
         self.close()
         self.path.unlink(missing_ok=True)
+
+
+def column_slabs(*matrices: Matrix, rows: int | None = None):
+    """``(j0, j1, blocks)`` for each column slab of equally wide matrices (:class:`Matrix`): columns ``j0:j1`` of
+    each one's first ``rows`` rows (all by default), as many columns as fit in :data:`SLAB_BYTES` for the
+    largest of them. A pass over a job's matrices in bounded memory; per-collective figures computed a slab at a
+    time are the same whatever the width. Chapter 9."""
+    if not matrices or any(not isinstance(m, Matrix) for m in matrices):
+        raise TypeError(f"column_slabs: give one or more labkit.trace.ondisk.Matrix, got "
+                        f"{[type(m).__name__ for m in matrices]}")
+    n = matrices[0].shape[1]
+    if any(m.shape[1] != n for m in matrices):
+        raise ValueError(f"column_slabs: the matrices' widths differ: {[m.shape for m in matrices]}")
+    w = min(m.slab_cols(rows) for m in matrices)
+    for j0 in range(0, n, w):
+        j1 = min(n, j0 + w)
+        yield j0, j1, [m.read(0, rows, j0, j1) for m in matrices]
 
 
 class Slabs:

@@ -38,14 +38,14 @@ def _job_holds(A, X):
     """The last arrival ``L`` at each collective, who arrived last, and :func:`_holds` of the job's arrival and
     proven-end matrices (:class:`labkit.trace.ondisk.Matrix`, ranks × collectives), a column slab at a time:
     every figure is per collective, so it is the same whatever the slab width."""
-    (R, n), w = A.shape, max(1, min(A.slab_cols(), X.slab_cols()))
+    from labkit.trace import ondisk
+
+    R, n = A.shape
     L, last, parts = np.empty(n), np.empty(n, dtype=np.intp), []
-    for j0 in range(0, n, w):
-        j1 = min(n, j0 + w)
-        a = A.read(j0=j0, j1=j1)
+    for j0, j1, (a, x) in ondisk.column_slabs(A, X):
         L[j0:j1], last[j0:j1] = a.max(axis=0), a.argmax(axis=0)
-        parts.append(_holds(a, X.read(j0=j0, j1=j1), L[j0:j1], last[j0:j1]))
-        del a
+        parts.append(_holds(a, x, L[j0:j1], last[j0:j1]))
+        del a, x
     parts = parts or [_holds(np.empty((R, 0)), np.empty((R, 0)), L, last)]
     return L, last, tuple(np.concatenate([p[k] for p in parts]) for k in range(4))
 
