@@ -16,7 +16,7 @@ goal: ≥ 95 % over ≥ 20 trials per kind). Launch ``i`` uses seed ``--seed`` +
 training seed).
 
 Why 8 profiled steps, not the trainer's default 3: the verdict asks whether the rank held the others at more
-than half the collectives, more often than chance (binomial, 10 %). With 3 collectives only a perfect record
+than half the collectives, more often than chance (binomial tail below 1/8). With 3 collectives only a perfect record
 (3 of 3, p = 1/64) passes, so one step in which the loaded machine descheduled another rank past the
 straggler names no rank, and a rank that happened to be descheduled 3 steps running is named in a clean
 job. With 8, 5 of 8 passes (p = 0.027) and a straggler survives three steps of bad luck. Still weak: a clean

@@ -137,7 +137,7 @@ _CLEAN_SEED4 = [[13.1, 41.8, 0.0, 15.0], [44.7, 44.2, 0.0, 33.7], [28.0, 23.9, 0
 
 def test_three_collectives_need_a_perfect_record_so_one_unlucky_step_hides_a_straggler(tmp_path):
     """SYNTHETIC traces replaying recorded arrivals (issue #35's compute misses). With 3 profiled steps the
-    verdict's chance test (last at more than half the collectives, binomial 10 %) passes only at 3 of 3:
+    verdict's chance test (last at more than half the collectives, binomial tail below 1/8) passes only at 3 of 3:
     the compute straggler (rank 0, 22-50 ms late) lost one step to a descheduled peer arriving 0.7 ms after
     it, and the data straggler (rank 2) one to a peer 12 ms after it — no rank named. The same steps over 8
     collectives (the recorded ones repeated: the same share of bad luck) name both."""
