@@ -123,3 +123,16 @@ def test_column_slabs_cover_every_column_once_in_bounded_slabs(tmp_path, monkeyp
         list(ondisk.column_slabs(ma, ondisk.Matrix(tmp_path / "c", 5, 22)))
     with pytest.raises(TypeError, match="Matrix"):
         list(ondisk.column_slabs(a))
+
+
+def test_working_dir_inside_a_folder_or_a_scratch_of_its_own(tmp_path):
+    with ondisk.working_dir(tmp_path, "work") as w:
+        assert w == tmp_path / "work" and w.is_dir() and (w.stat().st_mode & 0o777) == 0o700
+    assert w.is_dir()                                             # the caller's folder removes it
+    with ondisk.working_dir(None, "work") as s:
+        assert s.is_dir() and s.name.startswith("labkit-work-")
+        (s / "f").write_text("x")
+    assert not s.exists()
+    with pytest.raises(FileExistsError):                          # never into a folder that is there
+        with ondisk.working_dir(tmp_path, "work"):
+            pass

@@ -43,7 +43,6 @@ Same function on CPU (gloo: the collectives are the ``gloo:*`` spans of its run-
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -277,13 +276,6 @@ def critical_path(path, *, steps=None, allow_mixed: bool = False, max_mb=None, m
         return _path_of(sums, folder=tmp)
 
 
-def _subfolder(folder, name: str) -> Path:
-    """A new private folder ``name`` inside ``folder``."""
-    p = Path(folder) / name
-    p.mkdir(mode=0o700)
-    return p
-
-
 def critical_path_of(views: list[RankView], *, steps=None) -> CriticalPath:
     """:func:`critical_path` on already classified ranks (:class:`labkit.trace.breakdown.RankView`), in memory.
 
@@ -305,12 +297,9 @@ def critical_path_from(summaries) -> CriticalPath:
 
 def _path_of(summaries, folder=None) -> CriticalPath:
     """:func:`critical_path_from` on summaries in memory or spilled (:mod:`labkit.trace.spill`): three passes, one
-    rank's arrays at a time: the shared steps, each step's matched collectives, the matrices row by row (in a
-    ``matrices`` folder inside ``folder``, ``critical_path``'s scratch folder; None: a scratch folder of its own)."""
-    import contextlib
-
-    from labkit.paths import scratch
-    from labkit.trace.ondisk import Matrix
+    rank's arrays at a time: the shared steps, each step's matched collectives, the matrices row by row (files in
+    :func:`~labkit.trace.ondisk.working_dir` of ``folder``, ``critical_path``'s scratch folder)."""
+    from labkit.trace.ondisk import Matrix, working_dir
     from labkit.trace.spill import _colls_by_step, _steps_of, rank
     from labkit.trace.summary import check_summaries
 
@@ -338,8 +327,7 @@ def _path_of(summaries, folder=None) -> CriticalPath:
     R, n = len(ranks), len(coll_step)
     offs = np.cumsum(per) - per
     first, end = {}, {}
-    with (scratch("labkit-critical-path-matrices-") if folder is None
-          else contextlib.nullcontext(_subfolder(folder, "matrices"))) as tmp:   # the job's matrices, a rank a row
+    with working_dir(folder, "critical-path-matrices") as tmp:      # the job's matrices, a row (a rank) at a time
         A, E = Matrix(tmp / "arrive.f64", R, n), Matrix(tmp / "end.f64", R, n)
         X = E             # proven ends (CPU: the cut span); E itself while they equal the ends (GPU): no copy
         bounds = Matrix(tmp / "step_starts.f64", R, len(shared))

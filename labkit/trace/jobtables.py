@@ -175,15 +175,11 @@ def _stragglers(files, ranks, kind, types, starts, ends, comp_med, step_us):
 
 def comm_by_type(summaries, folder=None):
     """Per collective type: count, seconds, bytes and algbw over every rank — each type's durations and bytes,
-    every rank's in rank order then time order, written to a working file in ``folder`` (``analyze``'s scratch
-    folder; None: a scratch folder of its own, :func:`labkit.paths.scratch`) and summed as numpy sums them
+    every rank's in rank order then time order, written to a working file (:func:`~labkit.trace.ondisk.working_dir`
+    in ``folder``, ``analyze``'s scratch folder) and summed as numpy sums them
     (:func:`labkit.trace.ondisk.pairwise_sum`). Chapter 9."""
-    import contextlib
-    from pathlib import Path
-
     import pandas as pd
 
-    from labkit.paths import scratch
     from labkit.trace import spill
 
     cols = ["type", "count", "total_s", "mean_s", "bytes", "algbw_GBps"]
@@ -191,8 +187,8 @@ def comm_by_type(summaries, folder=None):
     kinds = sorted({t for c in counts for t in c})
     if not kinds:
         return pd.DataFrame(columns=cols)
-    with scratch("labkit-comm-") if folder is None else contextlib.nullcontext(Path(folder)) as where:
-        out = [_type_row(summaries, counts, t, Path(where) / "comm_type.f8") for t in kinds]
+    with ondisk.working_dir(folder, "comm-by-type") as where:
+        out = [_type_row(summaries, counts, t, where / "durations_bytes.f8") for t in kinds]
     return pd.DataFrame(out, columns=cols).sort_values("total_s", ascending=False).reset_index(drop=True)
 
 

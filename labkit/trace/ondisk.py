@@ -22,13 +22,14 @@ Taught in chapter 9 (profiler traces: reading a real job's files).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Matrix", "column_slabs", "Slabs", "median", "pairwise_sum", "Lazy", "results_dir", "SLAB_BYTES"]
+__all__ = ["Matrix", "column_slabs", "working_dir", "Slabs", "median", "pairwise_sum", "Lazy", "results_dir", "SLAB_BYTES"]
 
 #: bytes a column slab may hold (the working set of a chunked pass over a ranks × collectives matrix)
 SLAB_BYTES = 4 << 20
@@ -93,6 +94,22 @@ class Matrix:
         """Close the file and remove it (a working matrix no result reads)."""
         self.close()
         self.path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def working_dir(folder, name: str):
+    """A private folder for working files nothing reads afterwards: ``name`` made inside ``folder`` (the caller's
+    scratch folder, which removes it), or with ``folder`` None a scratch folder of its own (``labkit-<name>-…``,
+    :func:`labkit.paths.scratch`) removed when the block ends. Used by ``analyze`` and ``critical_path``. Chapter 9."""
+    if folder is None:
+        from labkit.paths import scratch
+
+        with scratch(f"labkit-{name}-") as tmp:
+            yield tmp
+    else:
+        p = Path(folder) / name
+        p.mkdir(mode=0o700)
+        yield p
 
 
 def column_slabs(*matrices: Matrix, rows: int | None = None):
