@@ -96,31 +96,28 @@ def test_killed_batch_resumes_without_duplicates(tmp_path, calibrated_peaks):
     from labkit.teaching.grading.isolation import isolation
 
     caged = isolation()[0] is not None
-    before = set(Path(tempfile.gettempdir()).glob("labkit-cage-*"))
-
-    def new_cages():
-        """The cages' upper layers made since this grader started (its workers', or a test's beside it)."""
-        return {p for p in Path(tempfile.gettempdir()).glob("labkit-cage-*")
-                if p not in before and (p / ".labkit-scratch-owner").is_file()}
-
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def its_cages():
+        """This grader's cages' upper layers (made by its process: the batch's workers are its threads), not the
+        cages of a test grading beside it."""
+        return [p for p in Path(tempfile.gettempdir()).glob("labkit-cage-*")
+                if (p / ".labkit-scratch-owner").is_file()
+                and (p / ".labkit-scratch-owner").read_text().split()[0] == str(proc.pid)]
+
     deadline = time.monotonic() + 120
-    # kill once a submission is graded and (where submissions are caged) another is inside its cage
-    while time.monotonic() < deadline and not (list((out / "feedback").glob("*.json")) and (new_cages() or not caged)):
+    # kill once a submission is graded and (where submissions are caged) another is inside its cage: the batch is
+    # frozen (SIGSTOP) while its cages are looked at, so none goes between the look and the kill
+    while time.monotonic() < deadline:
+        if list((out / "feedback").glob("*.json")):
+            os.killpg(proc.pid, signal.SIGSTOP)
+            if its_cages() or not caged:
+                break
+            os.killpg(proc.pid, signal.SIGCONT)
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)   # the grader dies mid-batch (its executors notice and stop)
     proc.wait()
-
-    def owner_gone(p):
-        try:
-            os.kill(int((p / ".labkit-scratch-owner").read_text().split()[0]), 0)
-        except ProcessLookupError:
-            return True
-        except (OSError, ValueError):
-            return False
-        return False
-
-    scratch = [p for p in new_cages() if owner_gone(p)]      # the killed grader's cages, left behind
+    scratch = its_cages()                  # left behind by the killed grader
     assert scratch or not caged, "no cage of the killed grader was left: the sweep below would check nothing"
     done_before = {p.stem for p in (out / "feedback").glob("*.json")}
     assert 1 <= len(done_before) < len(names)
